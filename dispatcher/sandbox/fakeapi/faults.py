@@ -1,0 +1,172 @@
+"""Fault injection and the request journal (fake-apiserver-spec F52–F58)."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import re
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+VERBS = ("get", "list", "watch", "create", "update", "patch", "delete")
+
+_ids = itertools.count(1)
+
+
+@dataclass
+class Fault:
+    """One injected fault: an error (F53) or a delay (F54) for matching requests.
+
+    ``count`` None means "until cleared". ``fired`` counts how often it was used (F58).
+    """
+
+    kind: str  # "error" or "latency"
+    verbs: tuple[str, ...] = ()  # empty: every verb
+    path: str = ""  # regular expression searched in the request path; empty matches all
+    count: int | None = None
+    code: int = 500
+    message: str = ""
+    retry_after: int | None = None
+    delay: float = 0.0
+    jitter: float = 0.0
+    fired: int = 0
+    id: int = field(default_factory=lambda: next(_ids))
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("error", "latency"):
+            raise ValueError(f"fault kind must be 'error' or 'latency', not {self.kind!r}")
+        unknown = set(self.verbs) - set(VERBS)
+        if unknown:
+            raise ValueError(f"unknown verbs {sorted(unknown)}; expected some of {VERBS}")
+        self._pattern = re.compile(self.path) if self.path else None
+
+    def matches(self, verb: str, path: str) -> bool:
+        """Whether this fault applies to a request and still has uses left."""
+        if self.count is not None and self.fired >= self.count:
+            return False
+        if self.verbs and verb not in self.verbs:
+            return False
+        return self._pattern is None or self._pattern.search(path) is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form for the admin endpoint."""
+        data = asdict(self)
+        data["verbs"] = list(self.verbs)
+        return data
+
+
+@dataclass(frozen=True)
+class JournalEntry:
+    """One request as the server saw it (F58)."""
+
+    method: str
+    verb: str
+    path: str
+    query: str
+    content_type: str
+    field_manager: str
+    user_agent: str
+    status: int
+
+
+class Faults:
+    """The faults of one cluster, with a seeded random source for jitter."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self._faults: list[Fault] = []
+        self._random = random.Random(seed)
+        self.expire_next_watches = 0
+
+    def add(self, fault: Fault) -> Fault:
+        """Add a fault; returns it (keep it to read ``fired``)."""
+        self._faults.append(fault)
+        return fault
+
+    def error(
+        self,
+        code: int,
+        *,
+        verbs: tuple[str, ...] = (),
+        path: str = "",
+        count: int | None = None,
+        message: str = "",
+        retry_after: int | None = None,
+    ) -> Fault:
+        """Fail matching requests with ``code`` (F53)."""
+        return self.add(
+            Fault(
+                "error",
+                verbs=verbs,
+                path=path,
+                count=count,
+                code=code,
+                message=message,
+                retry_after=retry_after,
+            )
+        )
+
+    def latency(
+        self,
+        delay: float,
+        *,
+        jitter: float = 0.0,
+        verbs: tuple[str, ...] = (),
+        path: str = "",
+        count: int | None = None,
+    ) -> Fault:
+        """Delay matching requests (F54)."""
+        return self.add(
+            Fault("latency", verbs=verbs, path=path, count=count, delay=delay, jitter=jitter)
+        )
+
+    def clear(self) -> list[Fault]:
+        """Remove every fault; returns them with their counts."""
+        removed, self._faults = self._faults, []
+        self.expire_next_watches = 0
+        return removed
+
+    def remove(self, fault_id: int) -> bool:
+        """Remove one fault by id."""
+        before = len(self._faults)
+        self._faults = [f for f in self._faults if f.id != fault_id]
+        return len(self._faults) != before
+
+    def list(self) -> list[Fault]:
+        """Current faults."""
+        return list(self._faults)
+
+    def pick(self, verb: str, path: str) -> tuple[float, Fault | None]:
+        """The delay to add and the error fault to answer with, counting their use."""
+        delay = 0.0
+        error: Fault | None = None
+        for fault in self._faults:
+            if not fault.matches(verb, path):
+                continue
+            if fault.kind == "latency":
+                fault.fired += 1
+                jitter = self._random.uniform(0.0, fault.jitter) if fault.jitter else 0.0
+                delay += fault.delay + jitter
+            elif error is None:
+                fault.fired += 1
+                error = fault
+        return delay, error
+
+
+class Journal:
+    """A bounded record of requests (F58)."""
+
+    def __init__(self, size: int = 5000) -> None:
+        self._entries: deque[JournalEntry] = deque(maxlen=size)
+
+    def record(self, entry: JournalEntry) -> None:
+        """Append one request."""
+        self._entries.append(entry)
+
+    def entries(self) -> list[JournalEntry]:
+        """All kept entries, oldest first."""
+        return list(self._entries)
+
+    def clear(self) -> None:
+        """Forget everything."""
+        self._entries.clear()
