@@ -1,0 +1,110 @@
+"""Build requests and snapshots from Kueue objects (views or raw dicts)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from dispatcher.algorithms.model import ClusterSnapshot, DispatchRequest, QueuedWorkload
+from dispatcher.kueue.flavorfit import cohort_lending
+from dispatcher.kueue.gputypes import (
+    DEFAULT_GPU_LABEL,
+    DEFAULT_GPU_RESOURCE_PATTERN,
+    cluster_gpu_types,
+    parse_preferred_gpu_types,
+    required_gpu_types,
+)
+from dispatcher.kueue.objects import (
+    ClusterQueueView,
+    LocalQueueView,
+    ResourceFlavorView,
+    WorkloadView,
+    frozen_map,
+    parse_workload,
+)
+
+__all__ = ["queued_workload", "request_from_workload", "snapshot_from_objects"]
+
+
+def request_from_workload(
+    workload: WorkloadView | Mapping[str, Any],
+    *,
+    now: float,
+    queued_at: float | None = None,
+    nominated_at: float | None = None,
+    label_key: str = DEFAULT_GPU_LABEL,
+    resource_pattern: str = DEFAULT_GPU_RESOURCE_PATTERN,
+) -> DispatchRequest:
+    """A :class:`DispatchRequest` for a manager Workload at time ``now``."""
+    view = workload if isinstance(workload, WorkloadView) else parse_workload(workload)
+    return DispatchRequest(
+        namespace=view.namespace,
+        name=view.name,
+        now=now,
+        pod_sets=view.pod_sets,
+        queue_name=view.queue_name,
+        priority=view.priority,
+        required_gpu_types=required_gpu_types(
+            view.pod_sets, label_key=label_key, resource_pattern=resource_pattern
+        ),
+        preferred_gpu_types=parse_preferred_gpu_types(view.annotations),
+        queued_at=queued_at,
+        nominated=view.nominated_cluster_names,
+        nominated_at=nominated_at,
+        labels=view.labels,
+        annotations=view.annotations,
+    )
+
+
+def queued_workload(request: DispatchRequest) -> QueuedWorkload:
+    """The in-flight record for a request we nominate somewhere."""
+    return QueuedWorkload(key=request.key, priority=request.priority, pod_sets=request.pod_sets)
+
+
+def snapshot_from_objects(
+    name: str,
+    *,
+    namespace: str,
+    queue_name: str,
+    local_queues: Iterable[LocalQueueView] = (),
+    cluster_queues: Iterable[ClusterQueueView] = (),
+    flavors: Iterable[ResourceFlavorView] = (),
+    active: bool = True,
+    inactive_reason: str = "",
+    order: int = 0,
+    labels: Mapping[str, str] | None = None,
+    pending: Iterable[QueuedWorkload] = (),
+    in_flight: Iterable[QueuedWorkload] = (),
+    label_key: str = DEFAULT_GPU_LABEL,
+    resource_pattern: str = DEFAULT_GPU_RESOURCE_PATTERN,
+) -> ClusterSnapshot:
+    """A worker's snapshot for one workload's ``namespace/queue_name`` from its mirrored objects.
+
+    Follows LocalQueue → ClusterQueue (contract C69) and computes the cohort's lending room from
+    the other ClusterQueues of the cohort.
+    """
+    cqs = {cq.name: cq for cq in cluster_queues}
+    lq = next((q for q in local_queues if q.namespace == namespace and q.name == queue_name), None)
+    cq = cqs.get(lq.cluster_queue) if lq is not None and not lq.stopped else None
+    room, limit = cohort_lending(cq, cqs.values()) if cq is not None else ({}, {})
+    flavor_map = {f.name: f for f in flavors}
+    return ClusterSnapshot(
+        name=name,
+        active=active,
+        inactive_reason=inactive_reason,
+        order=order,
+        labels=frozen_map(labels),
+        cluster_queue=cq,
+        flavors=frozen_map(flavor_map),
+        cohort_room=frozen_map(room),
+        cohort_limit=frozen_map(limit),
+        pending=tuple(pending),
+        in_flight=tuple(in_flight),
+        gpu_types=cluster_gpu_types(
+            flavor_map.values(),
+            cluster_queue=cq,
+            cluster_labels=labels,
+            label_key=label_key,
+            resource_pattern=resource_pattern,
+        ),
+    )

@@ -1,0 +1,252 @@
+"""capacity-first: nominate the one cluster where the workload fits now, after in-flight deduction.
+
+Ranking, in tiers (see :mod:`dispatcher.algorithms.stages`):
+
+1. ``fits-now``: the workload fits the quota free right now, after the workloads we nominated
+   there and Kueue has not reserved yet (in-flight) are deducted. This is what stops a burst from
+   over-filling one idle cluster.
+2. the capacity ``policy``: ``most-free`` (spread: most quota left after placement) or ``best-fit``
+   (pack: least quota left);
+3. ``queue-ahead``: fewest workloads ahead of it (pending of at least its priority, plus in-flight
+   ones that are still waiting);
+4. MultiKueueConfig order, then name.
+
+Clusters where the workload could never fit (bigger than nominal quota plus borrowing), or where
+its LocalQueue does not exist, are dropped. One cluster is nominated; when the workload is not
+admitted within ``patience_seconds`` the nomination moves to, or widens by, the next best cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dispatcher.algorithms.base import AlgorithmSpec
+from dispatcher.algorithms.model import MAX_NOMINATED_CLUSTERS, ClusterSnapshot, DispatchRequest
+from dispatcher.algorithms.stages import (
+    TIER_CAPACITY,
+    TIER_FEASIBILITY,
+    TIER_WAIT,
+    Selection,
+    StageContext,
+    Stages,
+)
+
+__all__ = [
+    "CAPACITY_FIRST",
+    "CanEverFitFilter",
+    "CapacityFirstOptions",
+    "CapacityFirstSelector",
+    "CapacityPolicyScorer",
+    "FitsNowScorer",
+    "QueueAheadScorer",
+    "QueueFilter",
+    "build_capacity_first",
+]
+
+
+class CapacityFirstOptions(BaseModel):
+    """Options of ``capacity-first``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    policy: Literal["most-free", "best-fit"] = Field(
+        "most-free",
+        description="Among clusters where the workload fits now: `most-free` spreads (most quota "
+        "left after placement), `best-fit` packs (least quota left).",
+    )
+    patience_seconds: float = Field(
+        300.0,
+        ge=0,
+        description="How long a nomination may stand without admission before it moves or widens.",
+    )
+    on_patience: Literal["move", "widen"] = Field(
+        "widen",
+        description="When patience runs out: `move` replaces the nomination with the next best "
+        "cluster, `widen` adds the next best cluster to it.",
+    )
+    max_clusters: int = Field(
+        3,
+        ge=1,
+        le=MAX_NOMINATED_CLUSTERS,
+        description="Upper bound on the nomination size when widening.",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class QueueFilter:
+    """Drops clusters without a usable LocalQueue and ClusterQueue for the workload."""
+
+    name: str = "queue"
+
+    def filter(
+        self, request: DispatchRequest, cluster: ClusterSnapshot, ctx: StageContext
+    ) -> str | None:
+        """Drop when the worker has no (active) ClusterQueue behind the workload's queue."""
+        cq = cluster.cluster_queue
+        if cq is None:
+            return f"no LocalQueue {request.namespace}/{request.queue_name} on this cluster"
+        if not cq.active:
+            return f"ClusterQueue {cq.name} is not active"
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class CanEverFitFilter:
+    """Drops clusters where the workload can never fit (bigger than quota plus borrowing)."""
+
+    name: str = "can-ever-fit"
+
+    def filter(
+        self, request: DispatchRequest, cluster: ClusterSnapshot, ctx: StageContext
+    ) -> str | None:
+        """Drop when even an empty ClusterQueue (with all it may borrow) cannot hold it."""
+        fit = ctx.fit(cluster)
+        return None if fit.fits_ever else fit.reason
+
+
+@dataclass(frozen=True, slots=True)
+class FitsNowScorer:
+    """1 when the workload fits now (after in-flight deduction), else 0."""
+
+    name: str = "fits-now"
+    tier: int = TIER_FEASIBILITY
+    weight: float = 1.0
+
+    def score(
+        self, request: DispatchRequest, cluster: ClusterSnapshot, ctx: StageContext
+    ) -> tuple[float, str]:
+        """Score feasibility right now."""
+        fit = ctx.fit(cluster)
+        return (1.0, "fits now") if fit.fits_now else (0.0, fit.reason)
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityPolicyScorer:
+    """``most-free``: fraction of quota left after placement; ``best-fit``: one minus that."""
+
+    policy: Literal["most-free", "best-fit"] = "most-free"
+    tier: int = TIER_CAPACITY
+    weight: float = 1.0
+
+    @property
+    def name(self) -> str:
+        """The policy name."""
+        return self.policy
+
+    def score(
+        self, request: DispatchRequest, cluster: ClusterSnapshot, ctx: StageContext
+    ) -> tuple[float, str]:
+        """Score the quota left on the flavors the workload would use (0 when it does not fit)."""
+        fit = ctx.fit(cluster)
+        if fit.free_after is None:
+            return 0.0, "does not fit now"
+        left = fit.free_after
+        detail = f"{left:.0%} of quota left after placement"
+        return (left, detail) if self.policy == "most-free" else (1.0 - left, detail)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueAheadScorer:
+    """``1 / (1 + workloads ahead)``: shorter expected wait scores higher."""
+
+    name: str = "queue-ahead"
+    tier: int = TIER_WAIT
+    weight: float = 1.0
+
+    def score(
+        self, request: DispatchRequest, cluster: ClusterSnapshot, ctx: StageContext
+    ) -> tuple[float, str]:
+        """Score the queue ahead of the workload on this cluster."""
+        ahead = ctx.fit(cluster).queued_ahead
+        return 1.0 / (1 + ahead), f"{ahead} ahead"
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityFirstSelector:
+    """One cluster at a time; after ``patience_seconds`` move or widen to the next best."""
+
+    patience_seconds: float = 300.0
+    on_patience: Literal["move", "widen"] = "widen"
+    max_clusters: int = 3
+    name: str = "capacity-first"
+
+    def select(
+        self, request: DispatchRequest, ranked: Sequence[ClusterSnapshot], ctx: StageContext
+    ) -> Selection:
+        """Keep, replace, move or widen the nomination."""
+        if not ranked:
+            return Selection((), "no cluster can take the workload")
+        kept = {c.name for c in ranked}
+        current = tuple(n for n in request.nominated if n in kept)
+        lost = [n for n in request.nominated if n not in kept]
+        best = ranked[0]
+        patience = self.patience_seconds
+        if not request.nominated or not current:
+            why = _why(best, ctx)
+            if lost:
+                gone = ", ".join(f"{n} ({ctx.dropped.get(n, 'gone')})" for n in lost)
+                why = f"nominated {gone} dropped; {why}"
+            return Selection((best.name,), why, patience)
+        age = request.nomination_age or 0.0
+        if lost:
+            return Selection(
+                current,
+                f"keeping {', '.join(current)}; dropped {', '.join(lost)}",
+                max(0.0, patience - age),
+            )
+        if age < patience:
+            return Selection(
+                current,
+                f"keeping {', '.join(current)}: {patience - age:.0f}s of patience left",
+                patience - age,
+            )
+        others = [c for c in ranked if c.name not in current]
+        if not others:
+            return Selection(current, "patience ran out but no other cluster is left", patience)
+        nxt = others[0]
+        if self.on_patience == "move":
+            return Selection(
+                (nxt.name,),
+                f"not admitted after {age:.0f}s on {', '.join(current)}; moving: {_why(nxt, ctx)}",
+                patience,
+            )
+        if len(current) >= self.max_clusters:
+            return Selection(current, f"already at max_clusters={self.max_clusters}", patience)
+        return Selection(
+            (*current, nxt.name),
+            f"not admitted after {age:.0f}s on {', '.join(current)}; widening: {_why(nxt, ctx)}",
+            patience,
+        )
+
+
+def _why(cluster: ClusterSnapshot, ctx: StageContext) -> str:
+    fit = ctx.fit(cluster)
+    if fit.fits_now:
+        return f"{cluster.name}: fits now"
+    return f"{cluster.name}: fits nowhere now, {fit.queued_ahead} ahead here"
+
+
+def build_capacity_first(options: CapacityFirstOptions) -> Stages:
+    """The stages of ``capacity-first`` for the given options."""
+    return Stages(
+        filters=(QueueFilter(), CanEverFitFilter()),
+        scorers=(FitsNowScorer(), CapacityPolicyScorer(options.policy), QueueAheadScorer()),
+        selector=CapacityFirstSelector(
+            patience_seconds=options.patience_seconds,
+            on_patience=options.on_patience,
+            max_clusters=options.max_clusters,
+        ),
+    )
+
+
+CAPACITY_FIRST = AlgorithmSpec(
+    name="capacity-first",
+    summary="One cluster where the workload fits now (after in-flight deduction); "
+    "move or widen after patience.",
+    options=CapacityFirstOptions,
+    build=build_capacity_first,
+)

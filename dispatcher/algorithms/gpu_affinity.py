@@ -1,0 +1,124 @@
+"""gpu-type-affinity: keep GPU-type mismatches out, prefer the workload's favourite types.
+
+The request carries the GPU types the workload *requires* (``nodeSelector`` or required node
+affinity on the GPU label key, or a per-type extended resource) and those it *prefers* (ordered,
+from :data:`~dispatcher.kueue.gputypes.PREFERRED_GPU_TYPES_ANNOTATION`). Snapshots carry the types
+each cluster offers (worker ResourceFlavor ``nodeLabels`` or the admin's MultiKueueCluster labels).
+
+The ``gpu-type`` filter drops clusters that offer none of the required types; the
+``gpu-preference`` scorer ranks clusters by the best preferred type they offer. On its own the
+algorithm nominates the best-ranked cluster; the default pipeline composes it with
+``capacity-first``, whose "fits now" tier ranks above preferences, so a preferred but full cluster
+loses to a less preferred one where the workload fits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dispatcher.algorithms.base import AlgorithmSpec
+from dispatcher.algorithms.model import ClusterSnapshot, DispatchRequest
+from dispatcher.algorithms.stages import TIER_PREFERENCE, StageContext, Stages
+from dispatcher.kueue.gputypes import DEFAULT_GPU_LABEL, DEFAULT_GPU_RESOURCE_PATTERN
+
+__all__ = [
+    "GPU_TYPE_AFFINITY",
+    "GpuPreferenceScorer",
+    "GpuTypeAffinityOptions",
+    "GpuTypeFilter",
+    "build_gpu_type_affinity",
+]
+
+
+class GpuTypeAffinityOptions(BaseModel):
+    """Options of ``gpu-type-affinity``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    label_key: str = Field(
+        DEFAULT_GPU_LABEL,
+        description="Node label key that names the GPU type, in pod templates and in worker "
+        "ResourceFlavor `nodeLabels`.",
+    )
+    resource_pattern: str = Field(
+        DEFAULT_GPU_RESOURCE_PATTERN,
+        description="Regular expression with a `type` group matching per-type extended resource "
+        "names such as `example.com/gpu-h100`.",
+    )
+    strict: bool = Field(
+        True,
+        description="Drop clusters that report no GPU type at all when the workload requires one; "
+        "`false` keeps them (useful when workers' flavors cannot be read).",
+    )
+    preference_weight: float = Field(
+        1.0,
+        ge=0,
+        description="Weight of the `gpu-preference` score within the preference tier.",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class GpuTypeFilter:
+    """Drops clusters that offer none of the GPU types the workload requires."""
+
+    strict: bool = True
+    name: str = "gpu-type"
+
+    def filter(
+        self, request: DispatchRequest, cluster: ClusterSnapshot, ctx: StageContext
+    ) -> str | None:
+        """Drop on a GPU-type mismatch."""
+        required = request.required_gpu_types
+        if required is None:
+            return None
+        if not required:
+            return "pod sets require GPU types that contradict each other"
+        if not cluster.gpu_types:
+            if not self.strict:
+                return None
+            return f"requires {', '.join(sorted(required))}; cluster reports no GPU types"
+        if cluster.gpu_types.isdisjoint(required):
+            return (
+                f"requires {', '.join(sorted(required))}; "
+                f"cluster offers {', '.join(sorted(cluster.gpu_types))}"
+            )
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuPreferenceScorer:
+    """``(n - i) / n`` for the best preferred type (index ``i`` of ``n``) the cluster offers."""
+
+    weight: float = 1.0
+    name: str = "gpu-preference"
+    tier: int = TIER_PREFERENCE
+
+    def score(
+        self, request: DispatchRequest, cluster: ClusterSnapshot, ctx: StageContext
+    ) -> tuple[float, str]:
+        """Score the cluster's best preferred GPU type."""
+        preferred = request.preferred_gpu_types
+        if not preferred:
+            return 0.0, "no preference"
+        for index, gpu_type in enumerate(preferred):
+            if gpu_type in cluster.gpu_types:
+                return (len(preferred) - index) / len(preferred), f"offers {gpu_type}"
+        return 0.0, "offers no preferred type"
+
+
+def build_gpu_type_affinity(options: GpuTypeAffinityOptions) -> Stages:
+    """The stages of ``gpu-type-affinity`` (no selector of its own)."""
+    return Stages(
+        filters=(GpuTypeFilter(strict=options.strict),),
+        scorers=(GpuPreferenceScorer(weight=options.preference_weight),),
+    )
+
+
+GPU_TYPE_AFFINITY = AlgorithmSpec(
+    name="gpu-type-affinity",
+    summary="Drop clusters without a required GPU type; rank preferred types first.",
+    options=GpuTypeAffinityOptions,
+    build=build_gpu_type_affinity,
+)

@@ -1,0 +1,187 @@
+"""Inputs and outputs of a dispatch decision: request, cluster snapshots, verdicts, decision.
+
+All types are frozen dataclasses. Algorithms are pure functions of ``(request, snapshots)`` (the
+request carries ``now``), so equal inputs give equal decisions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from dispatcher.kueue.objects import (
+    ClusterQueueView,
+    FlavorResource,
+    PodSetView,
+    ResourceFlavorView,
+    frozen_map,
+)
+from dispatcher.kueue.quantities import add_requests
+
+__all__ = [
+    "MAX_NOMINATED_CLUSTERS",
+    "ClusterSnapshot",
+    "Decision",
+    "DispatchRequest",
+    "QueuedWorkload",
+    "ScoreComponent",
+    "StageError",
+    "Verdict",
+]
+
+MAX_NOMINATED_CLUSTERS = 20
+"""A MultiKueueConfig lists at most 20 clusters, so a nomination never names more."""
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchRequest:
+    """Everything about one manager Workload that a placement decision may use.
+
+    Times are seconds on one clock (the controller passes wall-clock epoch seconds, the simulator
+    virtual time); ``now`` is part of the request so decisions are reproducible.
+    """
+
+    namespace: str
+    name: str
+    now: float
+    pod_sets: tuple[PodSetView, ...]
+    queue_name: str = ""
+    priority: int = 0
+    required_gpu_types: frozenset[str] | None = None
+    """GPU types the workload can run on; ``None`` when it does not constrain the type."""
+    preferred_gpu_types: tuple[str, ...] = ()
+    """GPU types in order of preference (from the workload's annotation)."""
+    queued_at: float | None = None
+    """When the workload started waiting for a worker (quota reserved on the manager)."""
+    nominated: tuple[str, ...] = ()
+    """The current ``status.nominatedClusterNames``."""
+    nominated_at: float | None = None
+    """When the current nomination was last changed."""
+    labels: Mapping[str, str] = field(default_factory=frozen_map)
+    annotations: Mapping[str, str] = field(default_factory=frozen_map)
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``."""
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def totals(self) -> Mapping[str, int]:
+        """Requests of all pod sets per resource, in milli-units."""
+        return add_requests(*(ps.total for ps in self.pod_sets))
+
+    @property
+    def waiting_seconds(self) -> float:
+        """How long the workload has waited for a worker (0 when unknown)."""
+        return 0.0 if self.queued_at is None else max(0.0, self.now - self.queued_at)
+
+    @property
+    def nomination_age(self) -> float | None:
+        """How long the current nomination has stood, or ``None`` when there is none."""
+        if not self.nominated or self.nominated_at is None:
+            return None
+        return max(0.0, self.now - self.nominated_at)
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedWorkload:
+    """A workload that occupies or waits for quota on a worker, seen from the dispatcher.
+
+    Used for two lists of a snapshot: workloads *pending* in the worker's ClusterQueue, and
+    *in-flight* nominations (ours, not yet reserved by the worker's Kueue).
+    """
+
+    key: str
+    priority: int = 0
+    pod_sets: tuple[PodSetView, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSnapshot:
+    """A worker cluster as one decision sees it, for the request's namespace and queue."""
+
+    name: str
+    active: bool = True
+    """Connected and ``Active=True`` on its MultiKueueCluster."""
+    inactive_reason: str = ""
+    order: int = 0
+    """Position in the MultiKueueConfig (ties are broken by this, then by name)."""
+    labels: Mapping[str, str] = field(default_factory=frozen_map)
+    """Labels of the MultiKueueCluster object (admin hints: GPU types, cost, region …)."""
+    cluster_queue: ClusterQueueView | None = None
+    """The worker ClusterQueue behind the request's LocalQueue; ``None`` if there is none."""
+    flavors: Mapping[str, ResourceFlavorView] = field(default_factory=frozen_map)
+    cohort_room: Mapping[FlavorResource, int] = field(default_factory=frozen_map)
+    """Quota the cohort could lend right now, per ``(flavor, resource)``."""
+    cohort_limit: Mapping[FlavorResource, int] = field(default_factory=frozen_map)
+    """The most the cohort could ever lend, per ``(flavor, resource)``."""
+    pending: tuple[QueuedWorkload, ...] = ()
+    """Workloads waiting in that ClusterQueue."""
+    in_flight: tuple[QueuedWorkload, ...] = ()
+    """Our nominations to this cluster that its Kueue has not reserved yet, oldest first."""
+    gpu_types: frozenset[str] = frozenset()
+    """GPU types the cluster offers (learned from flavors or overridden by labels)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreComponent:
+    """One scorer's contribution to a cluster's rank."""
+
+    scorer: str
+    tier: int
+    value: float
+    weight: float = 1.0
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What the pipeline concluded about one candidate cluster."""
+
+    cluster: str
+    kept: bool
+    dropped_by: str | None = None
+    """The filter that dropped it (``None`` when kept)."""
+    reason: str = ""
+    scores: tuple[ScoreComponent, ...] = ()
+    rank: int | None = None
+    """0 for the best kept cluster; ``None`` when dropped."""
+    fits_now: bool | None = None
+    """Whether the workload fits right now after in-flight deduction (if it was evaluated)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StageError:
+    """A stage that failed and was skipped for this decision."""
+
+    stage: str
+    source: str
+    """The plugin (or ``builtin``) that provided the stage."""
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The outcome: whom to nominate now, why, and when to look again."""
+
+    algorithm: str
+    nominate: tuple[str, ...]
+    """The full nomination to write (not a delta); empty means none."""
+    reason: str
+    verdicts: tuple[Verdict, ...] = ()
+    requeue_after: float | None = None
+    """Seconds until the workload should be evaluated again (``None``: on the next event)."""
+    errors: tuple[StageError, ...] = ()
+
+    def verdict(self, cluster: str) -> Verdict:
+        """The verdict for ``cluster`` (``KeyError`` if it was not a candidate)."""
+        for verdict in self.verdicts:
+            if verdict.cluster == cluster:
+                return verdict
+        raise KeyError(cluster)
+
+    @property
+    def kept(self) -> tuple[str, ...]:
+        """Clusters that passed every filter, best first."""
+        ranked = [v for v in self.verdicts if v.kept and v.rank is not None]
+        return tuple(v.cluster for v in sorted(ranked, key=lambda v: v.rank or 0))

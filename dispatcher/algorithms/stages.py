@@ -1,0 +1,419 @@
+"""The three extension points of a pipeline: filter, score, select.
+
+* A :class:`Filter` keeps or drops one cluster and says why it dropped it.
+* A :class:`Scorer` gives one cluster a number. Scorers sit in **tiers**: clusters are ranked by
+  the weighted sum of the lowest tier first, the next tier only breaks ties, and so on; the
+  MultiKueueConfig order and then the cluster name break the remaining ties, so ranking is total
+  and deterministic.
+* A :class:`Selector` looks at the ranked survivors and decides how many to nominate now, and
+  when to look again.
+
+A :class:`Pipeline` runs ``filters → scorers → selector``. It isolates every stage: a stage that
+raises, returns a non-finite score, or (selector) names a cluster that is unknown, dropped or
+inactive is skipped for that decision and reported in :attr:`Decision.errors`; the other stages
+keep working. The pipeline always drops inactive clusters first and never nominates more than
+:data:`MAX_NOMINATED_CLUSTERS`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from dispatcher.algorithms.model import (
+    MAX_NOMINATED_CLUSTERS,
+    ClusterSnapshot,
+    Decision,
+    DispatchRequest,
+    ScoreComponent,
+    StageError,
+    Verdict,
+)
+from dispatcher.kueue.flavorfit import FitResult, assign_flavors, available_now, capacity_ceiling
+from dispatcher.kueue.objects import FlavorResource, frozen_map
+
+__all__ = [
+    "TIER_CAPACITY",
+    "TIER_FEASIBILITY",
+    "TIER_PREFERENCE",
+    "TIER_WAIT",
+    "ClusterFit",
+    "Filter",
+    "Pipeline",
+    "Scorer",
+    "Selection",
+    "Selector",
+    "StageContext",
+    "Stages",
+    "TopN",
+    "compose",
+]
+
+TIER_FEASIBILITY = 0
+"""Tier of "does it fit now" scores: dominates everything else."""
+TIER_PREFERENCE = 10
+"""Tier of the workload's and the admin's preferences (GPU type, cost …)."""
+TIER_CAPACITY = 20
+"""Tier of capacity policies (most free, best fit)."""
+TIER_WAIT = 30
+"""Tier of expected-wait scores (queue ahead)."""
+
+BUILTIN_SOURCE = "builtin"
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterFit:
+    """How the request fits one cluster, computed once per decision and shared by all stages."""
+
+    fits_now: bool
+    """Fits the quota free right now, after deducting in-flight nominations."""
+    fits_ever: bool
+    """Fits the queue's quota plus everything it could borrow, were the cluster empty."""
+    reason: str = ""
+    """Why it does not fit now (or ever); empty when it fits now."""
+    queued_ahead: int = 0
+    """Pending workloads of at least our priority plus in-flight ones that are still queued."""
+    free_after: float | None = None
+    """Mean fraction of the ceiling left free on the quota we would use (``None``: no fit now)."""
+    assignment: FitResult | None = None
+
+
+class StageContext:
+    """Per-decision state handed to every stage: the request, the candidates and a fit cache."""
+
+    def __init__(self, request: DispatchRequest, snapshots: Sequence[ClusterSnapshot]) -> None:
+        """Create the context for one decision."""
+        self.request = request
+        self.snapshots: Mapping[str, ClusterSnapshot] = frozen_map({s.name: s for s in snapshots})
+        self.dropped: dict[str, str] = {}
+        """Clusters dropped so far: name → reason."""
+        self.memo: dict[str, Any] = {}
+        """Scratch space for stages that compute something once per decision."""
+        self._fits: dict[str, ClusterFit] = {}
+
+    def has_fit(self, cluster: str) -> bool:
+        """Whether the fit of ``cluster`` has been computed in this decision."""
+        return cluster in self._fits
+
+    def fit(self, cluster: ClusterSnapshot) -> ClusterFit:
+        """The request's fit on ``cluster`` (computed on first use, then cached)."""
+        cached = self._fits.get(cluster.name)
+        if cached is None:
+            cached = _compute_fit(self.request, cluster)
+            self._fits[cluster.name] = cached
+        return cached
+
+
+def _compute_fit(request: DispatchRequest, cluster: ClusterSnapshot) -> ClusterFit:
+    cq = cluster.cluster_queue
+    if cq is None:
+        return ClusterFit(
+            fits_now=False,
+            fits_ever=False,
+            reason=f"no LocalQueue {request.namespace}/{request.queue_name} with a ClusterQueue",
+        )
+    ceiling = capacity_ceiling(cq, cluster.cohort_limit)
+    ever = assign_flavors(request.pod_sets, cq, cluster.flavors, ceiling)
+    if not ever.fits:
+        return ClusterFit(fits_now=False, fits_ever=False, reason=f"never fits: {ever.reason}")
+    available = available_now(cq, cluster.cohort_room)
+    queued = 0
+    for other in cluster.in_flight:
+        if other.key == request.key:
+            continue
+        placed = assign_flavors(other.pod_sets, cq, cluster.flavors, available)
+        if placed.fits:
+            _consume(available, placed.usage)
+        else:
+            queued += 1
+    queued += sum(
+        1 for p in cluster.pending if p.priority >= request.priority and p.key != request.key
+    )
+    now = assign_flavors(request.pod_sets, cq, cluster.flavors, available)
+    if not now.fits:
+        return ClusterFit(
+            fits_now=False,
+            fits_ever=True,
+            reason=f"does not fit now: {now.reason}",
+            queued_ahead=queued,
+        )
+    fractions = [
+        (available.get(key, 0) - used) / ceiling[key]
+        for key, used in sorted(now.usage.items())
+        if ceiling.get(key, 0) > 0
+    ]
+    free_after = sum(fractions) / len(fractions) if fractions else 1.0
+    return ClusterFit(
+        fits_now=True,
+        fits_ever=True,
+        queued_ahead=queued,
+        free_after=free_after,
+        assignment=now,
+    )
+
+
+def _consume(available: dict[FlavorResource, int], usage: Mapping[FlavorResource, int]) -> None:
+    for key, amount in usage.items():
+        available[key] = available.get(key, 0) - amount
+
+
+@runtime_checkable
+class Filter(Protocol):
+    """Keeps or drops a cluster."""
+
+    @property
+    def name(self) -> str:
+        """Stage name, shown in verdicts and errors."""
+        ...
+
+    def filter(
+        self, request: DispatchRequest, cluster: ClusterSnapshot, ctx: StageContext
+    ) -> str | None:
+        """Return a reason to drop ``cluster``, or ``None`` to keep it."""
+        ...
+
+
+@runtime_checkable
+class Scorer(Protocol):
+    """Gives a cluster a number; higher is better."""
+
+    @property
+    def name(self) -> str:
+        """Stage name, shown in verdicts and errors."""
+        ...
+
+    @property
+    def tier(self) -> int:
+        """Ranking tier (lower tiers dominate higher ones)."""
+        ...
+
+    @property
+    def weight(self) -> float:
+        """Multiplier of the score within its tier."""
+        ...
+
+    def score(
+        self, request: DispatchRequest, cluster: ClusterSnapshot, ctx: StageContext
+    ) -> float | tuple[float, str]:
+        """Return the score, optionally with a short human-readable detail."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """What a selector decided."""
+
+    nominate: tuple[str, ...]
+    reason: str
+    requeue_after: float | None = None
+
+
+@runtime_checkable
+class Selector(Protocol):
+    """Chooses how many of the ranked clusters to nominate now, and when to look again."""
+
+    @property
+    def name(self) -> str:
+        """Stage name, shown in verdicts and errors."""
+        ...
+
+    def select(
+        self, request: DispatchRequest, ranked: Sequence[ClusterSnapshot], ctx: StageContext
+    ) -> Selection:
+        """Return the nomination; ``ranked`` holds the kept clusters, best first."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class TopN:
+    """Nominate the ``n`` best-ranked clusters (the fallback selector)."""
+
+    n: int = 1
+    name: str = "top-n"
+
+    def select(
+        self, request: DispatchRequest, ranked: Sequence[ClusterSnapshot], ctx: StageContext
+    ) -> Selection:
+        """Nominate the first ``n`` of ``ranked``."""
+        chosen = tuple(c.name for c in ranked[: self.n])
+        if not chosen:
+            return Selection((), "no cluster passed the filters")
+        return Selection(chosen, f"best ranked: {', '.join(chosen)}")
+
+
+@dataclass(frozen=True, slots=True)
+class Stages:
+    """The stages one algorithm contributes to a pipeline."""
+
+    filters: tuple[Filter, ...] = ()
+    scorers: tuple[Scorer, ...] = ()
+    selector: Selector | None = None
+    source: str = BUILTIN_SOURCE
+    """Who provides these stages (a plugin name), for error reports."""
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """An ordered set of stages that turns a request and snapshots into a :class:`Decision`."""
+
+    name: str
+    filters: tuple[tuple[Filter, str], ...] = ()
+    scorers: tuple[tuple[Scorer, str], ...] = ()
+    selector: tuple[Selector, str] = (TopN(), BUILTIN_SOURCE)
+    fallback: Selector = field(default_factory=TopN)
+
+    def decide(self, request: DispatchRequest, snapshots: Sequence[ClusterSnapshot]) -> Decision:
+        """Run the pipeline; never raises because of a stage (see the module docstring)."""
+        unique: dict[str, ClusterSnapshot] = {}
+        for snap in snapshots:
+            unique.setdefault(snap.name, snap)
+        ctx = StageContext(request, tuple(unique.values()))
+        errors: list[StageError] = []
+        dropped_by: dict[str, str] = {}
+        alive: list[ClusterSnapshot] = []
+        for snap in unique.values():
+            if snap.active:
+                alive.append(snap)
+            else:
+                dropped_by[snap.name] = "active"
+                ctx.dropped[snap.name] = snap.inactive_reason or "cluster is not active"
+
+        for flt, source in self.filters:
+            try:
+                drops = {}
+                for snap in alive:
+                    reason = flt.filter(request, snap, ctx)
+                    if reason is not None:
+                        drops[snap.name] = str(reason) or f"dropped by {flt.name}"
+            except Exception as exc:
+                errors.append(StageError(flt.name, source, _describe(exc)))
+                continue
+            for name, reason in drops.items():
+                dropped_by[name] = flt.name
+                ctx.dropped[name] = reason
+            alive = [s for s in alive if s.name not in drops]
+
+        components: dict[str, list[ScoreComponent]] = {s.name: [] for s in alive}
+        for scorer, source in self.scorers:
+            try:
+                results: dict[str, ScoreComponent] = {}
+                for snap in alive:
+                    raw = scorer.score(request, snap, ctx)
+                    value, detail = raw if isinstance(raw, tuple) else (raw, "")
+                    value = float(value)
+                    if not math.isfinite(value):
+                        raise ValueError(f"non-finite score {value!r} for {snap.name}")
+                    results[snap.name] = ScoreComponent(
+                        scorer.name, scorer.tier, value, float(scorer.weight), str(detail)
+                    )
+            except Exception as exc:
+                errors.append(StageError(scorer.name, source, _describe(exc)))
+                continue
+            for name, component in results.items():
+                components[name].append(component)
+
+        tiers = sorted({c.tier for comps in components.values() for c in comps})
+
+        def rank_key(snap: ClusterSnapshot) -> tuple[float | int | str, ...]:
+            sums = dict.fromkeys(tiers, 0.0)
+            for c in components[snap.name]:
+                sums[c.tier] += c.value * c.weight
+            return (*(-sums[t] for t in tiers), snap.order, snap.name)
+
+        ranked = sorted(alive, key=rank_key)
+        kept_names = {s.name for s in ranked}
+
+        selector, source = self.selector
+        selection: Selection | None = None
+        try:
+            selection = selector.select(request, ranked, ctx)
+            _validate(selection, kept_names)
+        except Exception as exc:
+            errors.append(StageError(selector.name, source, _describe(exc)))
+            selection = None
+        if selection is None:
+            selection = self.fallback.select(request, ranked, ctx)
+            selection = Selection(
+                selection.nominate, f"fallback after selector error; {selection.reason}"
+            )
+
+        rank_of = {s.name: i for i, s in enumerate(ranked)}
+        verdicts = []
+        for snap in unique.values():
+            fits = ctx.fit(snap).fits_now if ctx.has_fit(snap.name) else None
+            if snap.name in rank_of:
+                verdicts.append(
+                    Verdict(
+                        cluster=snap.name,
+                        kept=True,
+                        scores=tuple(components[snap.name]),
+                        rank=rank_of[snap.name],
+                        fits_now=fits,
+                        reason=ctx.fit(snap).reason if fits is not None else "",
+                    )
+                )
+            else:
+                verdicts.append(
+                    Verdict(
+                        cluster=snap.name,
+                        kept=False,
+                        dropped_by=dropped_by.get(snap.name),
+                        reason=ctx.dropped.get(snap.name, ""),
+                        fits_now=fits,
+                    )
+                )
+        reason = selection.reason
+        if not selection.nominate and not ranked and ctx.dropped:
+            reasons = "; ".join(f"{n}: {r}" for n, r in sorted(ctx.dropped.items()))
+            reason = f"no candidate cluster left ({reasons})"
+        return Decision(
+            algorithm=self.name,
+            nominate=selection.nominate,
+            reason=reason,
+            verdicts=tuple(verdicts),
+            requeue_after=selection.requeue_after,
+            errors=tuple(errors),
+        )
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _validate(selection: Selection, kept: set[str]) -> None:
+    if not isinstance(selection, Selection):
+        raise TypeError(f"selector returned {type(selection).__name__}, not Selection")
+    names = selection.nominate
+    unknown = [n for n in names if n not in kept]
+    if unknown:
+        raise ValueError(f"selected clusters that are unknown or dropped: {', '.join(unknown)}")
+    if len(set(names)) != len(names):
+        raise ValueError("selected a cluster twice")
+    if len(names) > MAX_NOMINATED_CLUSTERS:
+        raise ValueError(f"selected {len(names)} clusters, more than {MAX_NOMINATED_CLUSTERS}")
+
+
+def compose(name: str, parts: Sequence[Stages]) -> Pipeline:
+    """Chain the stages of several algorithms into one pipeline.
+
+    Filters and scorers are concatenated in order (a stage whose name already appeared is not
+    added twice); the selector of the **last** part that has one is used, else :class:`TopN`.
+    """
+    filters: list[tuple[Filter, str]] = []
+    scorers: list[tuple[Scorer, str]] = []
+    selector: tuple[Selector, str] = (TopN(), BUILTIN_SOURCE)
+    seen: set[tuple[str, str]] = set()
+    for part in parts:
+        for flt in part.filters:
+            if ("filter", flt.name) not in seen:
+                seen.add(("filter", flt.name))
+                filters.append((flt, part.source))
+        for scorer in part.scorers:
+            if ("score", scorer.name) not in seen:
+                seen.add(("score", scorer.name))
+                scorers.append((scorer, part.source))
+        if part.selector is not None:
+            selector = (part.selector, part.source)
+    return Pipeline(name=name, filters=tuple(filters), scorers=tuple(scorers), selector=selector)

@@ -1,0 +1,450 @@
+"""Typed, immutable views of the Kueue (v1beta2) and core objects the dispatcher reads.
+
+Each ``parse_*`` function takes the raw JSON dict of an object as the API server returns it and
+keeps only what placement decisions need. Views are frozen dataclasses whose mappings are
+read-only, so they can be shared between threads, cached and compared. Field names follow the
+v1beta2 CRDs (``spec.podSets[].template``, ``spec.resourceGroups[].flavors[].resources[]``,
+``status.flavorsReservation`` …); missing optional fields take Kubernetes' defaults.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, TypeVar
+
+from dispatcher.kueue.quantities import add_requests, parse_quantity, scale_requests
+
+__all__ = [
+    "ClusterQueueView",
+    "Condition",
+    "FlavorQuotas",
+    "FlavorResource",
+    "LocalQueueView",
+    "NodeSelectorRequirement",
+    "PodSetView",
+    "ResourceFlavorView",
+    "ResourceGroup",
+    "ResourceQuota",
+    "Taint",
+    "Toleration",
+    "WorkloadView",
+    "frozen_map",
+    "parse_cluster_queue",
+    "parse_local_queue",
+    "parse_pod_set",
+    "parse_resource_flavor",
+    "parse_workload",
+    "pod_requests",
+]
+
+FlavorResource = tuple[str, str]
+"""A ``(flavor name, resource name)`` pair: the unit in which ClusterQueues account quota."""
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+def frozen_map(items: Mapping[_K, _V] | None = None) -> Mapping[_K, _V]:
+    """A read-only copy of ``items`` (an empty read-only mapping for ``None``)."""
+    return MappingProxyType(dict(items or {}))
+
+
+def _dict(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else _EMPTY
+
+
+def _list(value: object) -> Sequence[Any]:
+    return value if isinstance(value, list) else ()
+
+
+def _str_map(value: object) -> Mapping[str, str]:
+    return frozen_map({str(k): str(v) for k, v in _dict(value).items()})
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSelectorRequirement:
+    """One ``matchExpressions`` item of a required node-affinity term."""
+
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        """Evaluate the requirement against a label map (``In``, ``NotIn``, ``Exists``, …)."""
+        present = self.key in labels
+        value = labels.get(self.key, "")
+        if self.operator == "In":
+            return present and value in self.values
+        if self.operator == "NotIn":
+            return not present or value not in self.values
+        if self.operator == "Exists":
+            return present
+        if self.operator == "DoesNotExist":
+            return not present
+        if self.operator in ("Gt", "Lt") and present and self.values:
+            try:
+                number, bound = int(value), int(self.values[0])
+            except ValueError:
+                return False
+            return number > bound if self.operator == "Gt" else number < bound
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    """A pod or flavor toleration."""
+
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+    def tolerates(self, taint: Taint) -> bool:
+        """Whether this toleration tolerates ``taint`` (Kubernetes' matching rules)."""
+        if self.effect and self.effect != taint.effect:
+            return False
+        if not self.key:
+            return self.operator == "Exists"
+        if self.key != taint.key:
+            return False
+        return self.operator == "Exists" or self.value == taint.value
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    """A ResourceFlavor node taint."""
+
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+
+def _parse_toleration(raw: Mapping[str, Any]) -> Toleration:
+    return Toleration(
+        key=str(raw.get("key", "")),
+        operator=str(raw.get("operator", "Equal")),
+        value=str(raw.get("value", "")),
+        effect=str(raw.get("effect", "")),
+    )
+
+
+def pod_requests(pod_spec: Mapping[str, Any]) -> dict[str, int]:
+    """Effective per-pod requests in milli-units, as the scheduler and Kueue count them.
+
+    Sum of the app containers (plus restartable init containers, i.e. sidecars), at least the
+    largest regular init container, plus ``overhead``. A container's ``limits`` stand in for
+    missing ``requests`` (Kubernetes defaults requests to limits).
+    """
+
+    def container_requests(container: Mapping[str, Any]) -> dict[str, int]:
+        resources = _dict(container.get("resources"))
+        merged = dict(_dict(resources.get("limits")))
+        merged.update(_dict(resources.get("requests")))
+        return {str(name): parse_quantity(amount) for name, amount in merged.items()}
+
+    sidecars = [
+        c for c in _list(pod_spec.get("initContainers")) if c.get("restartPolicy") == "Always"
+    ]
+    regular_init = [
+        c for c in _list(pod_spec.get("initContainers")) if c.get("restartPolicy") != "Always"
+    ]
+    total = add_requests(
+        *(container_requests(c) for c in _list(pod_spec.get("containers"))),
+        *(container_requests(c) for c in sidecars),
+    )
+    for container in regular_init:
+        for name, amount in container_requests(container).items():
+            total[name] = max(total.get(name, 0), amount)
+    overhead = {str(k): parse_quantity(v) for k, v in _dict(pod_spec.get("overhead")).items()}
+    return add_requests(total, overhead)
+
+
+@dataclass(frozen=True, slots=True)
+class PodSetView:
+    """One pod set of a Workload: how many pods, what each requests, where they may run."""
+
+    name: str
+    count: int
+    requests: Mapping[str, int] = field(default_factory=frozen_map)
+    """Per-pod requests in milli-units."""
+    min_count: int | None = None
+    node_selector: Mapping[str, str] = field(default_factory=frozen_map)
+    required_affinity: tuple[tuple[NodeSelectorRequirement, ...], ...] = ()
+    """Required node-affinity terms: the terms are ORed, the requirements of a term ANDed."""
+    tolerations: tuple[Toleration, ...] = ()
+    resource_names: tuple[str, ...] = ()
+    """Names of the requested resources in the order first seen (stable for explanations)."""
+
+    @property
+    def total(self) -> Mapping[str, int]:
+        """Requests of the whole pod set (per-pod requests times ``count``)."""
+        return scale_requests(self.requests, self.count)
+
+
+def parse_pod_set(raw: Mapping[str, Any]) -> PodSetView:
+    """Build a :class:`PodSetView` from one ``spec.podSets[]`` item of a Workload."""
+    template = _dict(raw.get("template"))
+    spec = _dict(template.get("spec"))
+    requests = pod_requests(spec)
+    affinity = _dict(_dict(spec.get("affinity")).get("nodeAffinity"))
+    required = _dict(affinity.get("requiredDuringSchedulingIgnoredDuringExecution"))
+    terms: list[tuple[NodeSelectorRequirement, ...]] = []
+    for term in _list(required.get("nodeSelectorTerms")):
+        terms.append(
+            tuple(
+                NodeSelectorRequirement(
+                    key=str(expr.get("key", "")),
+                    operator=str(expr.get("operator", "In")),
+                    values=tuple(str(v) for v in _list(expr.get("values"))),
+                )
+                for expr in _list(_dict(term).get("matchExpressions"))
+            )
+        )
+    min_count = raw.get("minCount")
+    return PodSetView(
+        name=str(raw.get("name", "main")),
+        count=int(raw.get("count", 1)),
+        requests=frozen_map(requests),
+        min_count=int(min_count) if isinstance(min_count, int) else None,
+        node_selector=_str_map(spec.get("nodeSelector")),
+        required_affinity=tuple(terms),
+        tolerations=tuple(_parse_toleration(t) for t in _list(spec.get("tolerations"))),
+        resource_names=tuple(requests),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    """A status condition, reduced to what decisions use."""
+
+    type: str
+    status: str
+    reason: str = ""
+    last_transition_time: str = ""
+
+
+def _conditions(raw: object) -> Mapping[str, Condition]:
+    out = {}
+    for item in _list(raw):
+        cond = Condition(
+            type=str(item.get("type", "")),
+            status=str(item.get("status", "Unknown")),
+            reason=str(item.get("reason", "")),
+            last_transition_time=str(item.get("lastTransitionTime", "")),
+        )
+        out[cond.type] = cond
+    return frozen_map(out)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadView:
+    """A manager-side Workload (``kueue.x-k8s.io/v1beta2``)."""
+
+    namespace: str
+    name: str
+    queue_name: str = ""
+    priority: int = 0
+    pod_sets: tuple[PodSetView, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=frozen_map)
+    annotations: Mapping[str, str] = field(default_factory=frozen_map)
+    creation_timestamp: str = ""
+    nominated_cluster_names: tuple[str, ...] = ()
+    cluster_name: str | None = None
+    conditions: Mapping[str, Condition] = field(default_factory=frozen_map)
+    active: bool = True
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``."""
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def total_requests(self) -> Mapping[str, int]:
+        """Requests of all pod sets together, in milli-units."""
+        return add_requests(*(ps.total for ps in self.pod_sets))
+
+
+def parse_workload(raw: Mapping[str, Any]) -> WorkloadView:
+    """Build a :class:`WorkloadView` from a raw Workload dict."""
+    meta = _dict(raw.get("metadata"))
+    spec = _dict(raw.get("spec"))
+    status = _dict(raw.get("status"))
+    cluster_name = status.get("clusterName")
+    return WorkloadView(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        queue_name=str(spec.get("queueName", "")),
+        priority=int(spec.get("priority") or 0),
+        pod_sets=tuple(parse_pod_set(ps) for ps in _list(spec.get("podSets"))),
+        labels=_str_map(meta.get("labels")),
+        annotations=_str_map(meta.get("annotations")),
+        creation_timestamp=str(meta.get("creationTimestamp", "")),
+        nominated_cluster_names=tuple(str(n) for n in _list(status.get("nominatedClusterNames"))),
+        cluster_name=str(cluster_name) if cluster_name else None,
+        conditions=_conditions(status.get("conditions")),
+        active=bool(spec.get("active", True)),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceQuota:
+    """Quota of one resource in one flavor of a ClusterQueue, in milli-units."""
+
+    nominal: int
+    borrowing_limit: int | None = None
+    """``None`` means unlimited borrowing from the cohort (Kueue's default)."""
+    lending_limit: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FlavorQuotas:
+    """One ``flavors[]`` item of a resource group."""
+
+    name: str
+    resources: Mapping[str, ResourceQuota] = field(default_factory=frozen_map)
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceGroup:
+    """One ``spec.resourceGroups[]`` item: resources covered together by an ordered flavor list."""
+
+    covered: tuple[str, ...]
+    flavors: tuple[FlavorQuotas, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterQueueView:
+    """A ClusterQueue's quotas and current accounting."""
+
+    name: str
+    resource_groups: tuple[ResourceGroup, ...] = ()
+    cohort: str | None = None
+    reserved: Mapping[FlavorResource, int] = field(default_factory=frozen_map)
+    """``status.flavorsReservation`` totals: quota held by reserving *and* admitted workloads."""
+    usage: Mapping[FlavorResource, int] = field(default_factory=frozen_map)
+    """``status.flavorsUsage`` totals: quota of admitted workloads."""
+    pending_workloads: int = 0
+    active: bool = True
+    """``Active`` condition true (or absent) and no ``stopPolicy`` set."""
+
+    def quota(self, flavor: str, resource: str) -> ResourceQuota | None:
+        """The quota entry for ``(flavor, resource)``, if the queue defines one."""
+        for group in self.resource_groups:
+            if resource not in group.covered:
+                continue
+            for fq in group.flavors:
+                if fq.name == flavor:
+                    return fq.resources.get(resource)
+        return None
+
+    def group_of(self, resource: str) -> ResourceGroup | None:
+        """The resource group covering ``resource``, if any."""
+        for group in self.resource_groups:
+            if resource in group.covered:
+                return group
+        return None
+
+
+def _flavor_totals(raw: object, key: str) -> Mapping[FlavorResource, int]:
+    out: dict[FlavorResource, int] = {}
+    for flavor in _list(raw):
+        for res in _list(_dict(flavor).get("resources")):
+            amount = res.get(key)
+            if amount is not None:
+                out[(str(flavor.get("name")), str(res.get("name")))] = parse_quantity(amount)
+    return frozen_map(out)
+
+
+def parse_cluster_queue(raw: Mapping[str, Any]) -> ClusterQueueView:
+    """Build a :class:`ClusterQueueView` from a raw ClusterQueue dict."""
+    meta = _dict(raw.get("metadata"))
+    spec = _dict(raw.get("spec"))
+    status = _dict(raw.get("status"))
+    groups = []
+    for group in _list(spec.get("resourceGroups")):
+        flavors = []
+        for flavor in _list(_dict(group).get("flavors")):
+            resources = {}
+            for res in _list(_dict(flavor).get("resources")):
+                borrowing = res.get("borrowingLimit")
+                lending = res.get("lendingLimit")
+                resources[str(res.get("name"))] = ResourceQuota(
+                    nominal=parse_quantity(res.get("nominalQuota", 0)),
+                    borrowing_limit=None if borrowing is None else parse_quantity(borrowing),
+                    lending_limit=None if lending is None else parse_quantity(lending),
+                )
+            flavors.append(
+                FlavorQuotas(name=str(flavor.get("name")), resources=frozen_map(resources))
+            )
+        groups.append(
+            ResourceGroup(
+                covered=tuple(str(r) for r in _list(group.get("coveredResources"))),
+                flavors=tuple(flavors),
+            )
+        )
+    conditions = _conditions(status.get("conditions"))
+    active_cond = conditions.get("Active")
+    stop = spec.get("stopPolicy")
+    return ClusterQueueView(
+        name=str(meta.get("name", "")),
+        resource_groups=tuple(groups),
+        cohort=str(spec["cohortName"]) if spec.get("cohortName") else None,
+        reserved=_flavor_totals(status.get("flavorsReservation"), "total"),
+        usage=_flavor_totals(status.get("flavorsUsage"), "total"),
+        pending_workloads=int(status.get("pendingWorkloads") or 0),
+        active=(active_cond is None or active_cond.status == "True") and stop in (None, "None"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceFlavorView:
+    """A ResourceFlavor: the node labels it stands for, its taints and tolerations."""
+
+    name: str
+    node_labels: Mapping[str, str] = field(default_factory=frozen_map)
+    node_taints: tuple[Taint, ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+
+
+def parse_resource_flavor(raw: Mapping[str, Any]) -> ResourceFlavorView:
+    """Build a :class:`ResourceFlavorView` from a raw ResourceFlavor dict."""
+    meta = _dict(raw.get("metadata"))
+    spec = _dict(raw.get("spec"))
+    return ResourceFlavorView(
+        name=str(meta.get("name", "")),
+        node_labels=_str_map(spec.get("nodeLabels")),
+        node_taints=tuple(
+            Taint(
+                key=str(t.get("key", "")),
+                value=str(t.get("value", "")),
+                effect=str(t.get("effect", "NoSchedule")),
+            )
+            for t in _list(spec.get("nodeTaints"))
+        ),
+        tolerations=tuple(_parse_toleration(t) for t in _list(spec.get("tolerations"))),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class LocalQueueView:
+    """A LocalQueue: which ClusterQueue a namespace's queue name points at."""
+
+    namespace: str
+    name: str
+    cluster_queue: str
+    stopped: bool = False
+
+
+def parse_local_queue(raw: Mapping[str, Any]) -> LocalQueueView:
+    """Build a :class:`LocalQueueView` from a raw LocalQueue dict."""
+    meta = _dict(raw.get("metadata"))
+    spec = _dict(raw.get("spec"))
+    return LocalQueueView(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        cluster_queue=str(spec.get("clusterQueue", "")),
+        stopped=spec.get("stopPolicy") not in (None, "None"),
+    )
