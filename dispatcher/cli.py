@@ -21,6 +21,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="emulated manager and worker clusters on this machine",
         description="Start the emulated clusters of the default topology.",
     )
+    sandbox.add_argument("--dir", help="folder for <cluster>.kubeconfig files (default: temporary)")
+    sandbox.add_argument(
+        "--duration", type=float, help="serve this many seconds, then stop (default: until Ctrl-C)"
+    )
     sandbox_sub = sandbox.add_subparsers(dest="sandbox_command", metavar="SUBCOMMAND")
     serve = sandbox_sub.add_parser(
         "serve",
@@ -28,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--dir", required=True, help="folder for <cluster>.kubeconfig files")
     serve.add_argument("--workers", type=int, default=2, help="number of worker clusters")
+    serve.set_defaults(duration=None)
     return parser
 
 

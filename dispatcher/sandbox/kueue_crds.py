@@ -1,0 +1,43 @@
+"""Where the real Kueue CRDs come from, and what to register when they are absent.
+
+The real Kueue v0.19.2 CRD files are never copied into this repository. They are found through
+the environment variable ``KUEUE_CRDS_DIR``; when it is unset, the folder
+``../shared/kueue-v0.19.2/crds`` beside the project checkout (where CI keeps it) is tried.
+Without CRD files, the Kueue kinds are registered without a schema (not validated).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ENV_VAR = "KUEUE_CRDS_DIR"
+KUEUE_GROUP = "kueue.x-k8s.io"
+
+# group/version/plural=Kind[:cluster][+status] for every Kueue v0.19 kind (storage version v1beta2).
+KUEUE_SHORT_FORMS = (
+    "kueue.x-k8s.io/v1beta2/workloads=Workload+status",
+    "kueue.x-k8s.io/v1beta2/localqueues=LocalQueue+status",
+    "kueue.x-k8s.io/v1beta2/clusterqueues=ClusterQueue:cluster+status",
+    "kueue.x-k8s.io/v1beta2/resourceflavors=ResourceFlavor:cluster",
+    "kueue.x-k8s.io/v1beta2/admissionchecks=AdmissionCheck:cluster+status",
+    "kueue.x-k8s.io/v1beta2/multikueueclusters=MultiKueueCluster:cluster+status",
+    "kueue.x-k8s.io/v1beta2/multikueueconfigs=MultiKueueConfig:cluster",
+    "kueue.x-k8s.io/v1beta2/cohorts=Cohort:cluster+status",
+    "kueue.x-k8s.io/v1beta2/topologies=Topology:cluster",
+    "kueue.x-k8s.io/v1beta2/workloadpriorityclasses=WorkloadPriorityClass:cluster",
+)
+
+
+def default_crds_dir() -> Path:
+    """``../shared/kueue-v0.19.2/crds`` relative to the project checkout."""
+    return Path(__file__).resolve().parents[3] / "shared" / "kueue-v0.19.2" / "crds"
+
+
+def kueue_crds_dir() -> Path | None:
+    """The folder of real Kueue CRD files, or None when there is none."""
+    configured = os.environ.get(ENV_VAR)
+    path = Path(configured) if configured else default_crds_dir()
+    if path.is_dir() and any(path.glob("*.yaml")):
+        return path
+    return None
