@@ -264,7 +264,7 @@ def test_f33_server_fields_not_owned_but_labels_annotations_finalizers_are() -> 
     assert fields(obj, "me") == {
         "f:metadata": {
             "f:annotations": {"f:b": {}},
-            "f:finalizers": {},
+            "f:finalizers": {'v:"f"': {}},
             "f:labels": {"f:a": {}},
         }
     }
@@ -536,15 +536,6 @@ def test_f36_item_field_released_but_item_kept_when_co_owned() -> None:
         ),
         pytest.param(
             WORKLOAD,
-            ("spec", "tags"),
-            ["a", "b"],
-            ["c"],
-            ["c"],
-            {"f:spec": {"f:tags": {}}},
-            id="set-treated-atomic",
-        ),
-        pytest.param(
-            WORKLOAD,
             ("spec", "selector"),
             {"a": "1", "b": "2"},
             {"c": "3"},
@@ -581,6 +572,38 @@ def test_f36_atomic_and_keyed_values(
     obj = do_apply(obj, wl(**{top: {name: applied}}), "me", schema=schema, status_sub=False, now=T2)
     assert obj[top][name] == after
     assert fields(obj, "me") == owned
+
+
+def test_f36_set_values_owned_separately() -> None:
+    """F36/F37: a set is the union of the applied values; each value is owned on its own."""
+    obj = do_apply(None, wl(spec={"tags": ["x", "y"]}), "a")
+    obj = do_apply(obj, wl(spec={"tags": ["y", "z"]}), "b", now=T2)
+    assert obj["spec"]["tags"] == ["x", "y", "z"]
+    assert fields(obj, "a") == {"f:spec": {"f:tags": {'v:"x"': {}, 'v:"y"': {}}}}
+    assert fields(obj, "b") == {"f:spec": {"f:tags": {'v:"y"': {}, 'v:"z"': {}}}}
+    obj = do_apply(obj, wl(spec={"tags": []}), "a", now=T3)
+    assert obj["spec"]["tags"] == ["y", "z"]
+    assert ("a", "Apply", None) not in managers(obj)
+
+
+def test_f37_finalizers_are_a_set() -> None:
+    """F36/F37: metadata.finalizers is a set: managers add and release their own finalizers."""
+    obj = do_apply(None, wl(metadata={"finalizers": ["a.io/f"]}), "a")
+    obj = do_apply(obj, wl(metadata={"finalizers": ["b.io/f"]}), "b", now=T2)
+    assert obj["metadata"]["finalizers"] == ["a.io/f", "b.io/f"]
+    obj = do_apply(obj, wl(), "b", now=T3)
+    assert obj["metadata"]["finalizers"] == ["a.io/f"]
+    obj = do_apply(obj, wl(), "a", now=T3)
+    assert "finalizers" not in obj["metadata"]
+
+
+def test_f37_list_emptied_by_release_is_removed() -> None:
+    """F37: releasing the last item of a list-map removes the list and its emptied parent."""
+    obj = do_apply(None, wl(spec={"q": 1}), "creator")
+    obj = do_apply(obj, wl(status={"conditions": [cond("Ready")]}), "a", sub="status")
+    obj = do_apply(obj, wl(status={}), "a", sub="status", now=T2)
+    assert "status" not in obj
+    assert managers(obj) == {("creator", "Apply", None)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -690,6 +713,16 @@ def test_f34_removed_fields_leave_every_set() -> None:
     assert fields(obj, "me") == {"f:spec": {"f:b": {}}}
     assert ("other", "Apply", None) not in managers(obj)
     assert ("patcher", "Update", None) not in managers(obj)  # changed nothing it could own
+
+
+def test_f34_value_changing_kind_drops_sub_paths() -> None:
+    """F34: when an object becomes a scalar, the owners of its old sub-fields lose them."""
+    obj = do_apply(None, wl(spec={"x": {"a": 1}, "b": 1}), "me")
+    new = copy.deepcopy(obj)
+    new["spec"]["x"] = "flat"
+    obj = do_update(obj, new, "patcher", now=T2)
+    assert fields(obj, "me") == {"f:spec": {"f:b": {}}}
+    assert fields(obj, "patcher", "Update") == {"f:spec": {"f:x": {}}}
 
 
 def test_f34_noop_update_keeps_managed_fields() -> None:

@@ -8,40 +8,45 @@ A pure, synchronous model of what kube-apiserver's field manager does with
 Model
     Field sets are sets of paths. A path is a tuple of path elements spelt the way ``fieldsV1``
     spells them: ``f:<name>`` (object field), ``k:{"type":"Ready"}`` (list-map item, key fields
-    sorted by name, compact JSON), ``v:<json>`` and ``i:<n>`` (never produced here, but decoded
-    and kept). ``fieldsV1`` puts ``".": {}`` under a path that is owned itself and also has owned
-    children (a list-map item and its fields, or a map added by an update).
+    sorted by name, compact JSON), ``v:<json>`` (set value) and ``i:<n>`` (never produced here,
+    but decoded and kept). ``fieldsV1`` puts ``".": {}`` under a path that is owned itself and
+    also has owned children (a list-map item and its fields, or a map added by an update).
 
 Ownership (F33, F34)
     One entry per (manager, operation, subresource). An apply replaces the applier's set with the
-    fields of its body: leaves, atomic lists and maps, and list-map items (the item and each of its
-    fields). Granular objects are not owned themselves by an apply. A non-apply write takes every
-    path it added or changed, including objects it created (``.`` in ``fieldsV1``), and those paths
-    leave all other sets; removed paths leave every set. Entries with an empty set are dropped.
-    Entries are ordered as Kubernetes orders them: operation, time, manager, apiVersion,
-    subresource. The entry's ``time`` changes only when the write changed something; a write that
-    changes nothing returns an object equal to the input, managedFields included (F38, F5).
+    fields of its body: leaves, atomic lists and maps, list-map items (the item and each of its
+    fields) and set values. Granular objects are not owned themselves by an apply. A non-apply
+    write takes every path it added or changed, including objects and lists it created (``.`` in
+    ``fieldsV1``), and those paths leave all other sets; removed paths leave every set. Entries
+    with an empty set are dropped. Entries are ordered as Kubernetes orders them: operation,
+    time, manager, apiVersion, subresource. The entry's ``time`` changes only when the write
+    changed something; a write that changes nothing returns an object equal to the input,
+    managedFields included (F38, F5).
 
 Merge rules (F36)
     Objects merge field by field unless the schema says ``x-kubernetes-map-type: atomic``. Lists
-    are atomic unless ``x-kubernetes-list-type: map`` with keys; then items merge by key (live
-    order kept, new items appended in body order). **``x-kubernetes-list-type: set`` is treated as
-    atomic.** A list-map whose items are not all objects carrying every key, or that repeats a key,
-    is treated as atomic too (the real server rejects it; validation is not this module's job).
-    Without a schema every list is atomic and every object granular. ``metadata.ownerReferences``
-    is a list-map keyed by ``uid`` (as in ObjectMeta); ``metadata.finalizers`` is a set, so atomic
-    here. Labels, annotations and finalizers are owned like any field; the server-maintained fields
-    (``apiVersion``, ``kind``, ``metadata.name`` and friends, see :data:`IGNORED_METADATA`) never
-    are.
+    are atomic unless ``x-kubernetes-list-type: map`` with keys or ``x-kubernetes-list-type:
+    set``. A list-map merges its items by key (live order kept, new items appended in body order);
+    each item (``k:{...}`` with ``.``) and each of its fields is owned separately. A set is the
+    union of the live and applied values, each value (``v:<json>``) owned separately. A list-map
+    whose items are not all objects carrying every key, a set holding objects or lists, and a list
+    that repeats a key or value are treated as atomic (the real server rejects duplicates;
+    validation is not this module's job). Without a schema every list is atomic and every object
+    granular. As in ObjectMeta, ``metadata.ownerReferences`` is a list-map keyed by ``uid`` and
+    ``metadata.finalizers`` a set, whatever the kind's schema says. Labels, annotations and
+    finalizers are owned like any field; the server-maintained fields (``apiVersion``, ``kind``,
+    ``metadata.name`` and friends, see :data:`IGNORED_METADATA`) never are.
 
 Apply (F35, F37, F38)
     The new object is the live object with the body merged in. Fields the applier owned under its
     previous Apply entry (same subresource) and left out of this body are released; a released
-    field nobody else owns is removed from the object (a released list-map item: the whole item),
-    and objects emptied that way are removed too. A field whose value the apply adds or changes
-    while another entry owns it is a conflict: without force :class:`ApplyConflict` is raised
-    (Kubernetes' wording, see below); with force the applier takes it over. Applying the value a
-    field already has is no conflict and the ownership is shared.
+    field nobody else owns is removed from the object (a released list-map item: the whole item;
+    a released set value: that value), and objects and lists emptied that way are removed too
+    unless someone owns them. Key fields of a list-map item that stays are never removed. A field
+    whose value the apply adds or changes while another entry owns it is a conflict: without
+    force :class:`ApplyConflict` is raised (Kubernetes' wording, see below); with force the
+    applier takes it over. Applying the value a field already has is no conflict and the
+    ownership is shared.
 
     An explicit ``null`` in an apply body means "this manager does not set the field": it is
     dropped from the body before anything else (the real server is subtler).
@@ -57,7 +62,8 @@ is printed as ``"name"``, plus ``with subresource "status"`` for subresource ent
 Apply entries).
 
 Not modelled: conversion of field sets between API versions, the limit on the number of Update
-entries, resetting managedFields through a body that carries them, set lists.
+entries, resetting managedFields through a body that carries them, item order of merged lists
+(the real server has its own rules), validation errors for duplicate keys or missing key fields.
 """
 
 from __future__ import annotations
@@ -139,7 +145,10 @@ class _Fixed:
 
 
 _OBJECT_META: Final = _Fixed(
-    children={"ownerReferences": _Fixed(list_type="map", list_map_keys=("uid",))}
+    children={
+        "finalizers": _Fixed(list_type="set"),
+        "ownerReferences": _Fixed(list_type="map", list_map_keys=("uid",)),
+    }
 )
 
 
@@ -180,16 +189,25 @@ def _item_element(item: Any, keys: tuple[str, ...]) -> str | None:
     return "k:" + json.dumps(key, separators=(",", ":"), ensure_ascii=False)
 
 
+def _value_element(item: Any) -> str | None:
+    if isinstance(item, dict | list):
+        return None
+    return "v:" + json.dumps(item, separators=(",", ":"), ensure_ascii=False)
+
+
 def _keyed(value: Any, schema: StructureInfo | None) -> list[tuple[str, Any]] | None:
-    """The items of a list-map with their path elements, or None if the list is atomic here."""
+    """The items of a list-map or set with their path elements; None if the list is atomic."""
     if not isinstance(value, list) or schema is None:
         return None
-    if schema.list_type != "map" or not schema.list_map_keys:
+    keys: tuple[str, ...] = ()
+    if schema.list_type == "map" and schema.list_map_keys:
+        keys = schema.list_map_keys
+    elif schema.list_type != "set":
         return None
     out: list[tuple[str, Any]] = []
     seen: set[str] = set()
     for item in value:
-        pe = _item_element(item, schema.list_map_keys)
+        pe = _item_element(item, keys) if schema.list_type == "map" else _value_element(item)
         if pe is None or pe in seen:
             return None
         seen.add(pe)
@@ -325,6 +343,13 @@ def _compare(old: Any, new: Any, schema: StructureInfo | None, path: Path, diff:
         return
     if not _equal(old, new) and path:
         diff.modified.add(path)
+        # A value that changed kind (say, object to string) loses or gains its sub-paths.
+        old_paths: set[Path] = set()
+        new_paths: set[Path] = set()
+        _all_paths(old, schema, path, old_paths)
+        _all_paths(new, schema, path, new_paths)
+        diff.removed |= old_paths - new_paths - {path}
+        diff.added |= new_paths - old_paths - {path}
 
 
 def _diff(old: Any, new: Any, schema: StructureInfo | None) -> _Diff:
@@ -563,21 +588,27 @@ def _step(node: Any, pe: str) -> Any:
     kind, body = pe[:1], pe[2:]
     if kind == "f":
         return node.get(body, _MISSING) if isinstance(node, dict) else _MISSING
-    if kind == "k" and isinstance(node, list):
-        index = _find_item(node, body)
+    if kind in ("k", "v") and isinstance(node, list):
+        index = _find_item(node, pe)
         return node[index] if index is not None else _MISSING
     return _MISSING
 
 
-def _find_item(items: list[Any], key_json: str) -> int | None:
+def _find_item(items: list[Any], pe: str) -> int | None:
+    """The index of the list-map item (``k:``) or set value (``v:``) that ``pe`` names."""
     try:
-        key = json.loads(key_json)
+        wanted = json.loads(pe[2:])
     except ValueError:
         return None
-    if not isinstance(key, dict):
-        return None
     for index, item in enumerate(items):
-        if isinstance(item, dict) and all(k in item and _equal(item[k], v) for k, v in key.items()):
+        if pe.startswith("v:"):
+            if _equal(item, wanted):
+                return index
+        elif (
+            isinstance(wanted, dict)
+            and isinstance(item, dict)
+            and all(k in item and _equal(item[k], v) for k, v in wanted.items())
+        ):
             return index
     return None
 
@@ -587,8 +618,8 @@ def _delete(obj: Any, path: Path) -> None:
     kind, body = path[-1][:1], path[-1][2:]
     if kind == "f" and isinstance(parent, dict):
         parent.pop(body, None)
-    elif kind == "k" and isinstance(parent, list):
-        index = _find_item(parent, body)
+    elif kind in ("k", "v") and isinstance(parent, list):
+        index = _find_item(parent, path[-1])
         if index is not None:
             del parent[index]
 
@@ -604,7 +635,7 @@ def _is_key_field(path: Path) -> bool:
 
 
 def _prune(obj: dict[str, Any], released: set[Path], owned: set[Path]) -> None:
-    """Remove released fields nobody owns, and the objects that this leaves empty (F37)."""
+    """Remove released fields nobody owns, and the objects and lists this empties (F37)."""
     kept = set(owned)
     for path in owned:
         kept.update(path[:i] for i in range(1, len(path)))
@@ -616,7 +647,7 @@ def _prune(obj: dict[str, Any], released: set[Path], owned: set[Path]) -> None:
             parent = path[:i]
             if not parent[-1].startswith("f:") or parent in kept or _ignored_path(parent):
                 break
-            if _locate(obj, parent) != {}:
+            if _locate(obj, parent) not in ({}, []):
                 break
             _delete(obj, parent)
 
