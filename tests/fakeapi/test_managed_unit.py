@@ -448,6 +448,23 @@ def test_f35_conflict_with_update_manager_names_api_version() -> None:
     )
 
 
+def test_f35_conflict_with_status_update_manager() -> None:
+    """F35: an Update entry of /status is printed with subresource and apiVersion."""
+    obj = do_update(None, wl(spec={"q": 1}), "creator")
+    new = copy.deepcopy(obj)
+    new["status"] = {"clusterName": "w1"}
+    obj = do_update(obj, new, "kueue", sub="status", now=T2)
+    with pytest.raises(ApplyConflict) as info:
+        do_apply(obj, wl(status={"clusterName": "w2"}), "me", sub="status", now=T3)
+    assert info.value.causes == [
+        {
+            "reason": "FieldManagerConflict",
+            "message": f'conflict with "kueue" with subresource "status" using {API}',
+            "field": ".status.clusterName",
+        }
+    ]
+
+
 @pytest.mark.parametrize(
     "sub", [pytest.param(None, id="main"), pytest.param("status", id="status")]
 )
@@ -574,6 +591,21 @@ def test_f36_atomic_and_keyed_values(
     assert fields(obj, "me") == owned
 
 
+def test_f36_multi_key_list_map_encoding() -> None:
+    """F33/F36: list-map items with several keys are encoded with the keys sorted by name."""
+    ports = Node(props={"spec": Node(props={"ports": map_list("protocol", "port")})})
+    body = wl(spec={"ports": [{"protocol": "TCP", "port": 80, "name": "http"}]})
+    obj = do_apply(None, body, "me", schema=ports)
+    item = 'k:{"port":80,"protocol":"TCP"}'
+    assert fields(obj, "me") == {
+        "f:spec": {"f:ports": {item: {".": {}, "f:name": {}, "f:port": {}, "f:protocol": {}}}}
+    }
+    other = wl(spec={"ports": [{"protocol": "TCP", "port": 80, "name": "web"}]})
+    with pytest.raises(ApplyConflict) as info:
+        do_apply(obj, other, "you", schema=ports, now=T2)
+    assert info.value.causes[0]["field"] == '.spec.ports[port=80,protocol="TCP"].name'
+
+
 def test_f36_set_values_owned_separately() -> None:
     """F36/F37: a set is the union of the applied values; each value is owned on its own."""
     obj = do_apply(None, wl(spec={"tags": ["x", "y"]}), "a")
@@ -682,6 +714,15 @@ def test_f34_create_by_update_owns_everything_with_parents() -> None:
             "f:spec": {".": {}, "f:x": {".": {}, "f:y": {}}},
         },
     }
+
+
+def test_f33_entries_ordered_apply_first_then_by_time() -> None:
+    """F33: entries are ordered like Kubernetes orders them (operation, then time)."""
+    obj = do_update(None, wl(spec={"a": 1}), "creator", now=T0)
+    obj = do_apply(obj, wl(spec={"b": 1}), "late", now=T3)
+    obj = do_apply(obj, wl(spec={"c": 1}), "early", now=T2)
+    order = [(e["manager"], e["operation"]) for e in obj["metadata"]["managedFields"]]
+    assert order == [("early", "Apply"), ("late", "Apply"), ("creator", "Update")]
 
 
 def test_f34_update_takes_ownership_from_apply_manager() -> None:
