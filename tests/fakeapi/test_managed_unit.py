@@ -858,3 +858,15 @@ def test_f33_inputs_never_mutated() -> None:
     new_copy = copy.deepcopy(new)
     do_update(out, new, "x")
     assert new == new_copy
+
+
+def test_f37_release_of_untouched_subtree_is_seen_as_removal() -> None:
+    """F37/F34: fields pruned from a sub-tree the body does not mention leave every set."""
+    obj = do_apply(None, wl(spec={"x": {"a": 1}}), "me")
+    new = copy.deepcopy(obj)
+    new["spec"]["x"]["b"] = 2
+    obj = do_update(obj, new, "editor", now=T2)
+    obj = do_apply(obj, wl(metadata={"labels": {"l": "v"}}), "me", now=T3)
+    assert obj["spec"] == {"x": {"b": 2}}
+    assert fields(obj, "me") == {"f:metadata": {"f:labels": {"f:l": {}}}}
+    assert fields(obj, "editor", "Update") == {"f:spec": {"f:x": {"f:b": {}}}}

@@ -729,7 +729,8 @@ def apply(
     _applied_set(config, root, (), new_set)
     new_set = _owned_only(new_set)
 
-    merged: dict[str, Any] = _merge(base, config, root, ())
+    # _merge shares untouched sub-trees with its input and _prune edits in place: merge a copy.
+    merged: dict[str, Any] = _merge(copy.deepcopy(base), config, root, ())
     if live is None:
         for name in ("apiVersion", "kind"):
             if name in applied:
