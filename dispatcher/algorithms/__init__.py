@@ -19,6 +19,7 @@ from dispatcher.algorithms.building import (
     snapshot_from_objects,
 )
 from dispatcher.algorithms.capacity_first import CAPACITY_FIRST, CapacityFirstOptions
+from dispatcher.algorithms.explain import describe_decision
 from dispatcher.algorithms.gpu_affinity import GPU_TYPE_AFFINITY, GpuTypeAffinityOptions
 from dispatcher.algorithms.incremental import INCREMENTAL, IncrementalOptions
 from dispatcher.algorithms.model import (
@@ -82,6 +83,7 @@ __all__ = [
     "TopN",
     "Verdict",
     "compose",
+    "describe_decision",
     "queued_workload",
     "request_from_workload",
     "snapshot_from_objects",

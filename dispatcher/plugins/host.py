@@ -1,0 +1,345 @@
+"""The plugin host: a typed facade over pluggy's untyped hook relay.
+
+The rest of the dispatcher never touches ``PluginManager.hook``; it asks a :class:`PluginHost`
+for the available algorithms, builds a :class:`~dispatcher.algorithms.Pipeline` from settings,
+and runs decisions through :meth:`PluginHost.decide`.
+
+Loading order (as tox does): blocked names first, then third-party plugins from the
+``multikueue_dispatcher`` entry-point group (unless autoload is disabled), then the built-ins,
+then ``check_pending()`` so a misspelt hook name fails at start. Environment switches:
+
+* ``DISPATCHER_DISABLE_PLUGIN_AUTOLOAD=1``: do not load entry points at all;
+* ``DISPATCHER_DISABLED_PLUGINS=a,b``: block the plugins with these entry-point names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pluggy
+from pydantic import BaseModel
+
+from dispatcher.algorithms import (
+    DEFAULT_PIPELINE,
+    TIER_PREFERENCE,
+    AlgorithmSpec,
+    ClusterSnapshot,
+    Decision,
+    DispatchRequest,
+    Filter,
+    Pipeline,
+    Scorer,
+    StageContext,
+    StageError,
+    compose,
+)
+from dispatcher.plugins import builtin, spec
+from dispatcher.plugins.markers import PROJECT
+
+__all__ = [
+    "BUILTIN_PLUGIN",
+    "ENTRY_POINT_GROUP",
+    "ENV_DISABLED_PLUGINS",
+    "ENV_DISABLE_AUTOLOAD",
+    "PluginError",
+    "PluginHost",
+    "PluginInfo",
+    "RegisteredAlgorithm",
+    "UnknownAlgorithmError",
+    "decide_with",
+]
+
+ENTRY_POINT_GROUP = PROJECT
+"""Entry-point group of third-party plugins (``[project.entry-points.multikueue_dispatcher]``)."""
+ENV_DISABLE_AUTOLOAD = "DISPATCHER_DISABLE_PLUGIN_AUTOLOAD"
+"""Set to ``1`` (or ``true``/``yes``) to skip loading entry points."""
+ENV_DISABLED_PLUGINS = "DISPATCHER_DISABLED_PLUGINS"
+"""Comma-separated entry-point names of plugins to block."""
+BUILTIN_PLUGIN = "builtin"
+"""Name under which the built-in algorithms are registered."""
+
+_TRUE = {"1", "true", "yes", "on"}
+
+
+class PluginError(Exception):
+    """A plugin could not be loaded or used as configured."""
+
+
+class UnknownAlgorithmError(PluginError):
+    """Settings name an algorithm no loaded plugin provides."""
+
+
+@dataclass(frozen=True, slots=True)
+class RegisteredAlgorithm:
+    """An algorithm and where it comes from."""
+
+    spec: AlgorithmSpec[Any]
+    plugin: str
+    distribution: str | None = None
+    """``project==version`` of the distribution that installed the plugin (``None``: built-in)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PluginInfo:
+    """A registered plugin."""
+
+    name: str
+    hooks: tuple[str, ...]
+    distribution: str | None = None
+    version: str | None = None
+
+
+def _call(impl: pluggy.HookImpl, **kwargs: Any) -> Any:
+    """Call one implementation with the (opt-in) arguments it names, as pluggy would."""
+    return impl.function(*(kwargs[name] for name in impl.argnames))
+
+
+@dataclass(frozen=True, slots=True)
+class _HookFilter:
+    impl: pluggy.HookImpl
+    name: str
+
+    def filter(
+        self, request: DispatchRequest, cluster: ClusterSnapshot, ctx: StageContext
+    ) -> str | None:
+        result = _call(self.impl, request=request, cluster=cluster, ctx=ctx)
+        if result is None or isinstance(result, str):
+            return result
+        raise TypeError(f"mkd_filter_cluster returned {type(result).__name__}, not str or None")
+
+
+@dataclass(frozen=True, slots=True)
+class _HookRestrict:
+    impl: pluggy.HookImpl
+    name: str
+
+    def filter(
+        self, request: DispatchRequest, cluster: ClusterSnapshot, ctx: StageContext
+    ) -> str | None:
+        key = f"restrict:{self.name}"
+        if key not in ctx.memo:
+            result = _call(self.impl, request=request, clusters=tuple(ctx.snapshots.values()))
+            if result is not None:
+                if isinstance(result, str):
+                    raise TypeError("mkd_restrict_clusters returned a str, not a collection")
+                result = frozenset(str(n) for n in result)
+                unknown = sorted(result - set(ctx.snapshots))
+                if unknown:
+                    raise ValueError(f"restricted to unknown clusters: {', '.join(unknown)}")
+            ctx.memo[key] = result
+        allowed: frozenset[str] | None = ctx.memo[key]
+        if allowed is None or cluster.name in allowed:
+            return None
+        return f"excluded by plugin {self.impl.plugin_name}"
+
+
+@dataclass(frozen=True, slots=True)
+class _HookScorer:
+    impl: pluggy.HookImpl
+    name: str
+    weight: float = 1.0
+    tier: int = TIER_PREFERENCE
+
+    def score(self, request: DispatchRequest, cluster: ClusterSnapshot, ctx: StageContext) -> float:
+        result = _call(self.impl, request=request, cluster=cluster, ctx=ctx)
+        if result is None:
+            return 0.0
+        if isinstance(result, bool) or not isinstance(result, int | float):
+            raise TypeError(f"mkd_score_cluster returned {type(result).__name__}, not a number")
+        return float(result)
+
+
+class PluginHost:
+    """Typed facade over a :class:`pluggy.PluginManager` for the dispatcher's hooks."""
+
+    def __init__(self, manager: pluggy.PluginManager | None = None) -> None:
+        """Wrap ``manager`` (a fresh one with our hookspecs by default). Prefer :meth:`load`."""
+        self.manager = manager or pluggy.PluginManager(PROJECT)
+        self.manager.add_hookspecs(spec)
+        self.load_errors: list[StageError] = []
+        """Plugins whose algorithm registration failed (they are skipped)."""
+
+    @classmethod
+    def load(
+        cls,
+        *,
+        environ: Mapping[str, str] | None = None,
+        autoload: bool | None = None,
+        blocked: Iterable[str] = (),
+        plugins: Iterable[tuple[str, object]] = (),
+    ) -> PluginHost:
+        """Create a host with entry-point plugins, extra ``plugins`` and the built-ins loaded.
+
+        ``environ`` defaults to ``os.environ``; ``autoload`` and ``blocked`` add to what the
+        environment switches say.
+        """
+        env = os.environ if environ is None else environ
+        host = cls()
+        names = set(blocked)
+        names.update(n.strip() for n in env.get(ENV_DISABLED_PLUGINS, "").split(",") if n.strip())
+        for name in sorted(names):
+            host.manager.set_blocked(name)
+        if autoload is None:
+            autoload = env.get(ENV_DISABLE_AUTOLOAD, "").strip().lower() not in _TRUE
+        if autoload:
+            host.manager.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+        for name, plugin in plugins:
+            if not host.manager.is_blocked(name):
+                host.manager.register(plugin, name=name)
+        if not host.manager.is_blocked(BUILTIN_PLUGIN):
+            host.manager.register(builtin, name=BUILTIN_PLUGIN)
+        host.manager.check_pending()
+        return host
+
+    def register(self, plugin: object, name: str) -> None:
+        """Register a plugin object (a module or an instance with ``@hookimpl`` methods)."""
+        self.manager.register(plugin, name=name)
+        self.manager.check_pending()
+
+    def unregister(self, name: str) -> None:
+        """Remove a registered plugin by name."""
+        self.manager.unregister(name=name)
+
+    def plugins(self) -> list[PluginInfo]:
+        """Registered plugins with the hooks they implement and their distributions."""
+        dists = {
+            id(plugin): (dist.project_name, dist.version)
+            for plugin, dist in self.manager.list_plugin_distinfo()
+        }
+        out = []
+        for name, plugin in self.manager.list_name_plugin():
+            if plugin is None:
+                continue
+            hooks = tuple(sorted(h.name for h in self.manager.get_hookcallers(plugin) or ()))
+            dist, version = dists.get(id(plugin), (None, None))
+            out.append(PluginInfo(name=name, hooks=hooks, distribution=dist, version=version))
+        return sorted(out, key=lambda p: p.name)
+
+    def _impls(self, hook_name: str) -> list[pluggy.HookImpl]:
+        caller: pluggy.HookCaller = getattr(self.manager.hook, hook_name)
+        return list(reversed(caller.get_hookimpls()))  # call order: last registered first
+
+    def algorithms(self) -> dict[str, RegisteredAlgorithm]:
+        """Every algorithm registered through ``mkd_register_algorithms``, by name.
+
+        A plugin whose hook raises or returns something else than algorithm specs is skipped and
+        recorded in :attr:`load_errors`. Two plugins providing the same name raise
+        :class:`PluginError`.
+        """
+        dists = {
+            id(plugin): f"{dist.project_name}=={dist.version}"
+            for plugin, dist in self.manager.list_plugin_distinfo()
+        }
+        found: dict[str, RegisteredAlgorithm] = {}
+        self.load_errors = []
+        for impl in self._impls("mkd_register_algorithms"):
+            try:
+                specs = list(_call(impl))
+                for item in specs:
+                    if not isinstance(item, AlgorithmSpec):
+                        raise TypeError(f"returned {type(item).__name__}, not AlgorithmSpec")
+            except Exception as exc:
+                self.load_errors.append(
+                    StageError("mkd_register_algorithms", impl.plugin_name, f"{exc}")
+                )
+                continue
+            for item in specs:
+                if item.name in found:
+                    other = found[item.name].plugin
+                    raise PluginError(
+                        f"algorithm {item.name!r} is registered by both {other!r} and "
+                        f"{impl.plugin_name!r}"
+                    )
+                found[item.name] = RegisteredAlgorithm(
+                    spec=item, plugin=impl.plugin_name, distribution=dists.get(id(impl.plugin))
+                )
+        return found
+
+    def algorithm(self, name: str) -> RegisteredAlgorithm:
+        """The algorithm called ``name``; :class:`UnknownAlgorithmError` lists the choices."""
+        available = self.algorithms()
+        if name not in available:
+            choices = ", ".join(
+                f"{n} ({a.distribution or a.plugin})" for n, a in sorted(available.items())
+            )
+            raise UnknownAlgorithmError(f"unknown algorithm {name!r}; available: {choices}")
+        return available[name]
+
+    def pipeline(
+        self,
+        names: Sequence[str] = DEFAULT_PIPELINE,
+        options: Mapping[str, Mapping[str, Any] | BaseModel] | None = None,
+        *,
+        plugin_weights: Mapping[str, float] | None = None,
+    ) -> Pipeline:
+        """Compose the named algorithms with the plugins' filter/score/restrict hooks.
+
+        ``options`` maps algorithm names to their raw options (validated by each algorithm's
+        pydantic model; a validation error propagates). ``plugin_weights`` maps plugin names to
+        the weight of their ``mkd_score_cluster`` results (default 1).
+        """
+        if not names:
+            raise PluginError("no algorithm selected")
+        opts = options or {}
+        unused = sorted(set(opts) - set(names))
+        if unused:
+            raise PluginError(f"options given for algorithms not in the pipeline: {unused}")
+        parts = []
+        for name in names:
+            registered = self.algorithm(name)
+            parts.append(registered.spec.stages(opts.get(name), source=registered.plugin))
+        base = compose("+".join(names), parts)
+        weights = plugin_weights or {}
+        filters: list[tuple[Filter, str]] = list(base.filters)
+        for impl in self._impls("mkd_restrict_clusters"):
+            filters.append((_HookRestrict(impl, f"{impl.plugin_name}:restrict"), impl.plugin_name))
+        for impl in self._impls("mkd_filter_cluster"):
+            filters.append((_HookFilter(impl, f"{impl.plugin_name}:filter"), impl.plugin_name))
+        scorers: list[tuple[Scorer, str]] = list(base.scorers)
+        for impl in self._impls("mkd_score_cluster"):
+            scorer = _HookScorer(
+                impl, f"{impl.plugin_name}:score", weight=weights.get(impl.plugin_name, 1.0)
+            )
+            scorers.append((scorer, impl.plugin_name))
+        return dataclasses.replace(base, filters=tuple(filters), scorers=tuple(scorers))
+
+    def decide(
+        self,
+        pipeline: Pipeline,
+        request: DispatchRequest,
+        snapshots: Sequence[ClusterSnapshot],
+    ) -> Decision:
+        """Run ``pipeline`` and notify ``mkd_on_decision`` observers (their errors are added)."""
+        decision = pipeline.decide(request, snapshots)
+        errors = self.notify_decision(request, decision)
+        if errors:
+            decision = dataclasses.replace(decision, errors=(*decision.errors, *errors))
+        return decision
+
+    def notify_decision(self, request: DispatchRequest, decision: Decision) -> list[StageError]:
+        """Call every ``mkd_on_decision`` implementation; return the errors they raised."""
+        errors = []
+        for impl in self._impls("mkd_on_decision"):
+            try:
+                _call(impl, request=request, decision=decision)
+            except Exception as exc:
+                errors.append(StageError("mkd_on_decision", impl.plugin_name, f"{exc}"))
+        return errors
+
+
+def decide_with(
+    host: PluginHost,
+    names: Sequence[str] = DEFAULT_PIPELINE,
+    options: Mapping[str, Mapping[str, Any] | BaseModel] | None = None,
+) -> Callable[[DispatchRequest, Sequence[ClusterSnapshot]], Decision]:
+    """A ``decide(request, snapshots)`` function bound to a pipeline built once."""
+    pipeline = host.pipeline(names, options)
+
+    def decide(request: DispatchRequest, snapshots: Sequence[ClusterSnapshot]) -> Decision:
+        return host.decide(pipeline, request, snapshots)
+
+    return decide
