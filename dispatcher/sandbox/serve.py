@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from dispatcher.sandbox.fakeapi.kubeconfig import dump
 from dispatcher.sandbox.fakeapi.server import FakeCluster
 from dispatcher.sandbox.kueue_crds import KUEUE_SHORT_FORMS, kueue_crds_dir
@@ -78,7 +80,7 @@ async def run_sandbox(
 ) -> AsyncIterator[Sandbox]:
     """Start the manager and workers, write kubeconfigs and the manager's worker Secrets."""
     crds = crds if crds is not None else kueue_crds_dir()
-    directory.mkdir(parents=True, exist_ok=True)
+    await anyio.Path(directory).mkdir(parents=True, exist_ok=True)
     manager = _new_cluster("manager", crds)
     workers = [_new_cluster(name, crds) for name in worker_names]
     sandbox = Sandbox(manager, workers, directory, schemas=crds is not None)
@@ -94,9 +96,9 @@ async def run_sandbox(
                     ("", "nodes", _node(f"{cluster.name}-control-plane")),
                 ],
             )
-            path = sandbox.kubeconfig_path(cluster)
-            path.write_text(dump(cluster.kubeconfig))
-            path.chmod(0o600)
+            path = anyio.Path(sandbox.kubeconfig_path(cluster))
+            await path.write_text(dump(cluster.kubeconfig))
+            await path.chmod(0o600)
         _seed(
             manager,
             [

@@ -59,6 +59,9 @@ from dispatcher.sandbox.fakeapi.tls import issue_serving_certificate, process_ca
 
 log = logging.getLogger(__name__)
 
+JOURNALED = web.RequestKey("journaled", bool)
+VERB = web.RequestKey("verb", str)
+
 Obj = dict[str, Any]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -316,6 +319,17 @@ class FakeCluster:
                 dropped += 1
         return dropped
 
+    async def wait_for_watches(self, count: int = 1, path: str = "") -> None:
+        """Wait until at least ``count`` watches whose path matches ``path`` are open.
+
+        Tests use it, under a deadline, to know a client's watch is established before they
+        write the change it should see.
+        """
+        pattern = re.compile(path) if path else None
+        await self.store.wait_for_watchers(
+            lambda ws: sum(1 for w in ws if pattern is None or pattern.search(w.path)) >= count
+        )
+
     def expire_next_watches(self, count: int = 1) -> None:
         """The next ``count`` watches resuming from a resourceVersion get 410 Expired (F57)."""
         self.faults.expire_next_watches += count
@@ -358,15 +372,15 @@ class FakeCluster:
             status = exc.status
             raise
         finally:
-            if not request.get("journaled"):
+            if not request.get(JOURNALED):
                 self._journal(request, status)
 
     def _journal(self, request: web.Request, status: int) -> None:
-        request["journaled"] = True
+        request[JOURNALED] = True
         self.journal.record(
             JournalEntry(
                 method=request.method,
-                verb=request.get("verb", ""),
+                verb=request.get(VERB, ""),
                 path=request.path,
                 query=request.query_string,
                 content_type=request.headers.get("Content-Type", ""),
@@ -390,7 +404,7 @@ class FakeCluster:
     @web.middleware
     async def _fault_middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         verb = _verb_of(request)
-        request["verb"] = verb
+        request[VERB] = verb
         delay, fault = self.faults.pick(verb, request.path)
         if delay:
             await asyncio.sleep(delay)
@@ -681,8 +695,9 @@ class FakeCluster:
             for event in replay:
                 await self._send(response, event, target, matches)
             await self._stream(request, response, watcher, target, matches, timeout, bookmarks)
-        except (ConnectionResetError, asyncio.CancelledError):
-            raise
+        except ConnectionResetError:
+            # The client went away mid-stream; nothing left to tell it.
+            log.debug("watch client disconnected: %s", request.path)
         finally:
             self.store.unsubscribe(watcher)
         return response
@@ -1530,7 +1545,9 @@ def load_crd_documents(path: Path) -> list[Obj]:
     files = sorted(path.glob("*.yaml")) + sorted(path.glob("*.yml")) if path.is_dir() else [path]
     crds: list[Obj] = []
     for file in files:
-        for doc in yaml.safe_load_all(file.read_text()):
+        # libyaml when present: the Kueue CRD files take ~1 s to parse in pure Python.
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        for doc in yaml.load_all(file.read_text(), Loader=loader):
             if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
                 crds.append(doc)
     return crds

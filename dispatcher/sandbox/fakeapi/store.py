@@ -63,6 +63,7 @@ class Store:
         # The oldest resourceVersion from which a watch can still resume.
         self._horizon = 1
         self._watchers: set[Watcher] = set()
+        self._watchers_changed = asyncio.Event()
 
     @property
     def resource_version(self) -> int:
@@ -144,11 +145,22 @@ class Store:
             replay = [e for e in self._history if e.rv > since and e.resource == watcher.resource]
             replay = [e for e in replay if replay_filter(e)]
         self._watchers.add(watcher)
+        self._notify_watchers_changed()
         return replay
 
     def unsubscribe(self, watcher: Watcher) -> None:
         """Forget a watcher."""
         self._watchers.discard(watcher)
+        self._notify_watchers_changed()
+
+    def _notify_watchers_changed(self) -> None:
+        changed, self._watchers_changed = self._watchers_changed, asyncio.Event()
+        changed.set()
+
+    async def wait_for_watchers(self, predicate: Callable[[list[Watcher]], bool]) -> None:
+        """Wait until ``predicate(open watchers)`` holds (tests bound this with a deadline)."""
+        while not predicate(self.watchers()):
+            await self._watchers_changed.wait()
 
     def watchers(self) -> list[Watcher]:
         """Open watchers."""
