@@ -302,7 +302,7 @@ F42_CASES: list[Any] = [
     ),
     pytest.param(
         props(a={"type": "array", "x-kubernetes-list-type": "set", "items": S}),
-        {"a": ["x", "y", "x"]},
+        {"a": ["x", "y", "x", "x"]},
         [FieldError("FieldValueDuplicate", "spec.a[2]", 'Duplicate value: "x"')],
         id="set-duplicate",
     ),

@@ -689,28 +689,30 @@ def _validate_array(
         for index, item in enumerate(value):
             _validate(items, item, f"{path}[{index}]", errors)
     if node.list_type == "set":
-        seen: set[str] = set()
+        counts: dict[str, int] = {}
         for index, item in enumerate(value):
             text = json.dumps(item, sort_keys=True)
-            if text in seen:
+            counts[text] = counts.get(text, 0) + 1
+            if counts[text] == 2:  # like Kubernetes: the second occurrence of each value only
                 errors.append(
                     FieldError(
                         DUPLICATE, f"{path}[{index}]", f"Duplicate value: {_fmt_value(item)}"
                     )
                 )
-            seen.add(text)
     elif node.list_type == "map" and node.list_map_keys:
-        seen_keys: set[str] = set()
+        key_counts: dict[str, int] = {}
         for index, item in enumerate(value):
-            if not isinstance(item, dict):
-                continue
-            key = {k: item.get(k) for k in node.list_map_keys if k in item}
-            text = json.dumps([item.get(k) for k in node.list_map_keys])
-            if text in seen_keys:
+            key = (
+                {k: item[k] for k in node.list_map_keys if k in item}
+                if isinstance(item, dict)
+                else {}
+            )
+            text = json.dumps(key, sort_keys=True)
+            key_counts[text] = key_counts.get(text, 0) + 1
+            if key_counts[text] == 2:
                 errors.append(
                     FieldError(DUPLICATE, f"{path}[{index}]", f"Duplicate value: {_go_repr(key)}")
                 )
-            seen_keys.add(text)
 
 
 # --- CEL -----------------------------------------------------------------------------------------
