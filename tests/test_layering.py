@@ -54,6 +54,5 @@ def test_every_top_level_module_has_a_layer() -> None:
 def test_forbidden_contracts_cover_every_module(contract_name: str) -> None:
     contract = next(c for c in contracts() if c["name"] == contract_name)
     exempt = {"k8s"} if "kubernetes_asyncio" in contract_name else {"cli", "sandbox", "sim"}
-    exempt |= {"testing"} if "sandbox" in contract_name else set()
     missing = top_level_modules() - named_in(contract, "source_modules") - exempt
     assert not missing, f"add {sorted(missing)} to the contract {contract_name!r}"
