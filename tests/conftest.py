@@ -21,9 +21,7 @@ def crds_dir() -> Path:
     """The real Kueue v0.19.2 CRD folder; skipped without it, except where CI requires it."""
     path = kueue_crds_dir()
     if path is None:
-        reason = (
-            f"Kueue CRDs not found: set {ENV_VAR} to the folder of the Kueue v0.19.2 CRD files"
-        )
+        reason = f"Kueue CRDs not found: set {ENV_VAR} to the folder of the Kueue v0.19.2 CRD files"
         if os.environ.get("REQUIRE_KUEUE_CRDS") == "1":
             pytest.fail(reason + " (REQUIRE_KUEUE_CRDS=1)")
         pytest.skip(reason)
