@@ -1,0 +1,145 @@
+"""Micro-benchmark: cost of one dispatch decision per workload, at 20 and 100 clusters.
+
+Not a test: it prints figures. Every figure is also given as a ratio to all-at-once (the
+cheapest possible algorithm: no fit computation) measured in the same run on the same
+snapshots, so results compare across machines.
+
+Each cluster has a two-flavor ClusterQueue (A100 and H100, CPU + memory + GPU), a reservation,
+``--in-flight`` in-flight workloads and a few pending ones; requests ask for 1–4 GPUs, some with
+a required or preferred GPU type. Plugins are not loaded (built-ins only).
+
+    .venv/bin/python benchmarks/decision_cost.py [--clusters 20 100] [--workloads 200] [--json F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Sequence
+
+from dispatcher.algorithms import ClusterSnapshot, DispatchRequest, queued_workload
+from dispatcher.testing import FlavorSpec, make_cluster, make_host, make_request
+
+A100 = "NVIDIA-A100-SXM4-80GB"
+H100 = "NVIDIA-H100-80GB-HBM3"
+PIPELINES: dict[str, tuple[str, ...]] = {
+    "all-at-once": ("all-at-once",),
+    "incremental": ("incremental",),
+    "capacity-first": ("capacity-first",),
+    "default (gpu-type-affinity + capacity-first)": ("gpu-type-affinity", "capacity-first"),
+}
+BASELINE = "all-at-once"
+
+
+def fleet(count: int, in_flight: int) -> list[ClusterSnapshot]:
+    """``count`` clusters with mixed load."""
+    filler = [make_request(f"other-{i}", cpu=4, gpus=1 + i % 2) for i in range(in_flight)]
+    clusters = []
+    for i in range(count):
+        label = "nvidia.com/gpu.product"
+        flavors = [
+            FlavorSpec(
+                "a100",
+                {"cpu": 256, "memory": "2Ti", "nvidia.com/gpu": 16},
+                used={"cpu": 64 + i % 128, "nvidia.com/gpu": i % 16},
+                node_labels={label: A100},
+            ),
+            FlavorSpec(
+                "h100",
+                {"cpu": 128, "memory": "1Ti", "nvidia.com/gpu": 8 * (i % 3)},
+                used={"nvidia.com/gpu": (i * 3) % 8 if i % 3 else 0},
+                node_labels={label: H100},
+            ),
+        ]
+        clusters.append(
+            make_cluster(
+                f"worker-{i:03d}",
+                flavors=flavors,
+                order=i,
+                in_flight=[queued_workload(r) for r in filler],
+                pending=[queued_workload(r) for r in filler[:3]],
+            )
+        )
+    return clusters
+
+
+def requests(count: int) -> list[DispatchRequest]:
+    """A mix of GPU requests."""
+    out = []
+    for i in range(count):
+        kind = i % 4
+        out.append(
+            make_request(
+                f"wl-{i}",
+                cpu=8,
+                memory="64Gi",
+                gpus=1 + i % 4,
+                gpu_type=H100 if kind == 1 else None,
+                preferred=[H100, A100] if kind == 2 else (),
+            )
+        )
+    return out
+
+
+def measure(
+    names: Sequence[str], snapshots: list[ClusterSnapshot], reqs: list[DispatchRequest], rounds: int
+) -> float:
+    """Median over ``rounds`` of the mean seconds per decision."""
+    host = make_host()
+    pipeline = host.pipeline(names)
+    for request in reqs[:10]:  # warm-up
+        host.decide(pipeline, request, snapshots)
+    samples = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for request in reqs:
+            host.decide(pipeline, request, snapshots)
+        samples.append((time.perf_counter() - start) / len(reqs))
+    return statistics.median(samples)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Run and print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--clusters", type=int, nargs="+", default=[20, 100])
+    parser.add_argument("--workloads", type=int, default=200)
+    parser.add_argument("--in-flight", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--json", metavar="FILE")
+    args = parser.parse_args(argv)
+
+    reqs = requests(args.workloads)
+    results: list[dict[str, object]] = []
+    print(
+        f"decision cost per workload ({args.workloads} workloads, {args.in_flight} in-flight "
+        f"per cluster, median of {args.rounds} rounds)"
+    )
+    header = ("clusters", "algorithm", "µs/decision", "decisions/s", "× baseline")
+    print(f"{header[0]:>8}  {header[1]:<46} {header[2]:>12} {header[3]:>12} {header[4]:>11}")
+    for count in args.clusters:
+        snapshots = fleet(count, args.in_flight)
+        baseline = measure(PIPELINES[BASELINE], snapshots, reqs, args.rounds)
+        for label, names in PIPELINES.items():
+            seconds = (
+                baseline if label == BASELINE else measure(names, snapshots, reqs, args.rounds)
+            )
+            ratio = seconds / baseline
+            micros, rate = seconds * 1e6, 1 / seconds
+            print(f"{count:>8}  {label:<46} {micros:>12.1f} {rate:>12.0f} {ratio:>10.1f}×")
+            results.append(
+                {
+                    "clusters": count,
+                    "algorithm": label,
+                    "seconds_per_decision": seconds,
+                    "ratio_to_baseline": ratio,
+                }
+            )
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump({"baseline": BASELINE, "results": results}, fh, indent=2)
+
+
+if __name__ == "__main__":
+    main()
