@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,3 +27,34 @@ def crds_dir() -> Path:
             pytest.fail(reason + " (REQUIRE_KUEUE_CRDS=1)")
         pytest.skip(reason)
     return path
+
+
+EMULATOR_AGENT = "kueue-emulator/"
+
+
+@pytest.fixture(autouse=True)
+def no_unexpected_emulator_rejections() -> Iterator[None]:
+    """Issue 3: no write of the Kueue emulation is ever rejected (422) by a schema, CEL rule or
+    admission hook, except on clusters where a test provokes it (``rejections_expected``)."""
+    from dispatcher.sandbox.fakeapi.server import REJECTIONS
+
+    before = len(REJECTIONS)
+    yield
+    unexpected = [
+        r for r in REJECTIONS[before:] if r.user_agent.startswith(EMULATOR_AGENT) and not r.expected
+    ]
+    if unexpected:
+        details = "; ".join(f"{r.cluster} {r.method} {r.path}: {r.message}" for r in unexpected)
+        pytest.fail(f"the Kueue emulation had {len(unexpected)} write(s) rejected: {details}")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Report the emulation's rejected writes over the whole session (expected: zero)."""
+    from dispatcher.sandbox.fakeapi.server import REJECTIONS
+
+    emulator = [r for r in REJECTIONS if r.user_agent.startswith(EMULATOR_AGENT)]
+    provoked = sum(1 for r in emulator if r.expected)
+    terminalreporter.write_line(
+        f"Kueue emulation writes rejected with 422: {len(emulator) - provoked} unexpected, "
+        f"{provoked} provoked on purpose; all 422 answers in the session: {len(REJECTIONS)}"
+    )

@@ -60,6 +60,24 @@ from dispatcher.sandbox.fakeapi.tls import issue_serving_certificate, process_ca
 log = logging.getLogger(__name__)
 
 JOURNALED = web.RequestKey("journaled", bool)
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A write answered with 422 Invalid (schema, CEL, patch options or an admission hook)."""
+
+    cluster: str
+    expected: bool
+    user_agent: str
+    method: str
+    path: str
+    message: str
+
+
+# Every 422 of every fake cluster of this process, so that a test session can prove that a
+# component (the Kueue emulation) never had a write rejected except where a test expects it.
+REJECTIONS: list[Rejection] = []
+
 VERB = web.RequestKey("verb", str)
 
 Obj = dict[str, Any]
@@ -202,6 +220,8 @@ class FakeCluster:
         self.faults = Faults(seed)
         self.journal = Journal(journal_size)
         self.default_field_manager = "unknown"
+        # Set by tests that provoke rejected writes on purpose (see REJECTIONS).
+        self.rejections_expected = False
         self._random = random.Random(seed)
         self._runner: web.AppRunner | None = None
         self._admin_runner: web.AppRunner | None = None
@@ -421,9 +441,25 @@ class FakeCluster:
         try:
             return await self._route(request)
         except ApiError as error:
+            self._note_rejection(request, error)
             return _error_response(error)
         except Denied as denied:
-            return _error_response(ApiError(denied.code, denied.message))
+            refusal = ApiError(denied.code, denied.message)
+            self._note_rejection(request, refusal)
+            return _error_response(refusal)
+
+    def _note_rejection(self, request: web.Request, error: ApiError) -> None:
+        if error.code == 422:
+            REJECTIONS.append(
+                Rejection(
+                    cluster=self.name,
+                    expected=self.rejections_expected,
+                    user_agent=request.headers.get("User-Agent", ""),
+                    method=request.method,
+                    path=request.path,
+                    message=error.message,
+                )
+            )
 
     async def _route(self, request: web.Request) -> web.StreamResponse:
         parts = [p for p in request.path.split("/") if p]
