@@ -45,7 +45,11 @@ def no_unexpected_emulator_rejections() -> Iterator[None]:
     ]
     if unexpected:
         details = "; ".join(f"{r.cluster} {r.method} {r.path}: {r.message}" for r in unexpected)
-        pytest.fail(f"the Kueue emulation had {len(unexpected)} write(s) rejected: {details}")
+        pytest.fail(
+            f"the Kueue emulation had {len(unexpected)} write(s) rejected: {details} "
+            "(a test that provokes this on purpose sets `rejections_expected = True` on that "
+            "FakeCluster)"
+        )
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
