@@ -140,6 +140,19 @@ def builtin_resources() -> list[Resource]:
             namespaced=True,
             versions=["v1"],
         ),
+        # batch/v1 Jobs: the entry point of Kueue's batch/Job integration (issue 3, scope 6).
+        # Stored and served as a built-in kind, without a schema and without the Job
+        # controller's defaulting (selector, template labels).
+        Resource(
+            group="batch",
+            plural="jobs",
+            kind="Job",
+            singular="job",
+            namespaced=True,
+            versions=["v1"],
+            status_subresource=True,
+            categories=("all",),
+        ),
         Resource(
             group="apiextensions.k8s.io",
             plural="customresourcedefinitions",
