@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from dispatcher.kueue.objects import (
     ClusterQueueView,
@@ -121,6 +122,9 @@ class ClusterSnapshot:
     """Our nominations to this cluster that its Kueue has not reserved yet, oldest first."""
     gpu_types: frozenset[str] = frozenset()
     """GPU types the cluster offers (learned from flavors or overridden by labels)."""
+    derived: dict[str, Any] = field(default_factory=dict, init=False, compare=False, repr=False)
+    """Cache of values derived from this (immutable) snapshot alone, such as the quota left after
+    in-flight deduction; shared by all decisions that use the snapshot. Not part of equality."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,7 +32,7 @@ from dispatcher.algorithms.model import (
     Verdict,
 )
 from dispatcher.kueue.flavorfit import FitResult, assign_flavors, available_now, capacity_ceiling
-from dispatcher.kueue.objects import FlavorResource, frozen_map
+from dispatcher.kueue.objects import ClusterQueueView, FlavorResource, frozen_map
 
 __all__ = [
     "TIER_CAPACITY",
@@ -114,20 +114,16 @@ def _compute_fit(request: DispatchRequest, cluster: ClusterSnapshot) -> ClusterF
             fits_ever=False,
             reason=f"no LocalQueue {request.namespace}/{request.queue_name} with a ClusterQueue",
         )
-    ceiling = capacity_ceiling(cq, cluster.cohort_limit)
+    base = _base_quota(cluster, cq)
+    ceiling = base.ceiling
     ever = assign_flavors(request.pod_sets, cq, cluster.flavors, ceiling)
     if not ever.fits:
         return ClusterFit(fits_now=False, fits_ever=False, reason=f"never fits: {ever.reason}")
-    available = available_now(cq, cluster.cohort_room)
-    queued = 0
-    for other in cluster.in_flight:
-        if other.key == request.key:
-            continue
-        placed = assign_flavors(other.pod_sets, cq, cluster.flavors, available)
-        if placed.fits:
-            _consume(available, placed.usage)
-        else:
-            queued += 1
+    available: Mapping[FlavorResource, int]
+    if any(other.key == request.key for other in cluster.in_flight):
+        available, queued = _replay_in_flight(cluster, cq, exclude=request.key)
+    else:
+        available, queued = base.after_in_flight, base.queued_in_flight
     queued += sum(
         1 for p in cluster.pending if p.priority >= request.priority and p.key != request.key
     )
@@ -152,6 +148,45 @@ def _compute_fit(request: DispatchRequest, cluster: ClusterSnapshot) -> ClusterF
         free_after=free_after,
         assignment=now,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _BaseQuota:
+    ceiling: Mapping[FlavorResource, int]
+    after_in_flight: Mapping[FlavorResource, int]
+    queued_in_flight: int
+
+
+def _base_quota(cluster: ClusterSnapshot, cq: ClusterQueueView) -> _BaseQuota:
+    """Request-independent quota figures of a snapshot, computed once and cached on it."""
+    cached = cluster.derived.get("base-quota")
+    if isinstance(cached, _BaseQuota):
+        return cached
+    available, queued = _replay_in_flight(cluster, cq, exclude=None)
+    base = _BaseQuota(
+        ceiling=frozen_map(capacity_ceiling(cq, cluster.cohort_limit)),
+        after_in_flight=frozen_map(available),
+        queued_in_flight=queued,
+    )
+    cluster.derived["base-quota"] = base
+    return base
+
+
+def _replay_in_flight(
+    cluster: ClusterSnapshot, cq: ClusterQueueView, exclude: str | None
+) -> tuple[dict[FlavorResource, int], int]:
+    """Quota left after placing the in-flight workloads in order, and how many stay queued."""
+    available = available_now(cq, cluster.cohort_room)
+    queued = 0
+    for other in cluster.in_flight:
+        if other.key == exclude:
+            continue
+        placed = assign_flavors(other.pod_sets, cq, cluster.flavors, available)
+        if placed.fits:
+            _consume(available, placed.usage)
+        else:
+            queued += 1
+    return available, queued
 
 
 def _consume(available: dict[FlavorResource, int], usage: Mapping[FlavorResource, int]) -> None:
