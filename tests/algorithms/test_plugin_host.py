@@ -282,3 +282,21 @@ def test_plugin_score_weight() -> None:
     )
     assert favoured.nominate == ("w2",)
     assert ignored.nominate == ("w0",)
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, tuple[str, ...]]] = []
+
+    @hookimpl
+    def mkd_on_decision(self, request: DispatchRequest, decision: Decision) -> None:
+        self.seen.append((request.key, decision.nominate))
+
+
+def test_observers_see_every_decision() -> None:
+    recorder = _Recorder()
+    host = make_host([("recorder", recorder)])
+    pipeline = host.pipeline()
+    for name in ("a", "b"):
+        host.decide(pipeline, make_request(name, cpu=1), _fleet())
+    assert recorder.seen == [("default/a", ("w0",)), ("default/b", ("w0",))]
