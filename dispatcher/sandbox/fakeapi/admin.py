@@ -18,6 +18,7 @@ It is not part of discovery and needs the cluster's bearer token. Routes:
 from __future__ import annotations
 
 import dataclasses
+import re
 import secrets
 from typing import TYPE_CHECKING, Any
 
@@ -54,7 +55,7 @@ def admin_app(cluster: FakeCluster) -> web.Application:
             return web.json_response({"error": "Unauthorized"}, status=401)
         try:
             result: web.StreamResponse = await handler(request)
-        except (ValueError, TypeError, KeyError) as exc:
+        except (ValueError, TypeError, KeyError, re.error) as exc:
             return web.json_response({"error": str(exc)}, status=400)
         return result
 

@@ -39,7 +39,21 @@ class Fault:
         unknown = set(self.verbs) - set(VERBS)
         if unknown:
             raise ValueError(f"unknown verbs {sorted(unknown)}; expected some of {VERBS}")
-        self._pattern = re.compile(self.path) if self.path else None
+        # Admin bodies are JSON: refuse wrong types here rather than fail every request later.
+        for name in ("count", "code", "retry_after", "delay", "jitter"):
+            value = getattr(self, name)
+            numeric = (int, float) if name in ("delay", "jitter") else (int,)
+            optional = name in ("count", "retry_after")
+            if isinstance(value, bool) or not (
+                isinstance(value, numeric) or (optional and value is None)
+            ):
+                raise ValueError(f"fault field {name!r} must be a number, not {value!r}")
+        try:
+            self._pattern = re.compile(self.path) if self.path else None
+        except re.error as exc:
+            raise ValueError(
+                f"fault path {self.path!r} is not a regular expression: {exc}"
+            ) from exc
 
     def matches(self, verb: str, path: str) -> bool:
         """Whether this fault applies to a request and still has uses left."""

@@ -1553,6 +1553,8 @@ def _verb_of(request: web.Request) -> str:
     method = request.method
     parts = [p for p in request.path.split("/") if p]
     rest = parts[2:] if parts[:1] == ["api"] else parts[3:]
+    if parts[:1] not in (["api"], ["apis"]) or not rest:
+        return method.lower()  # non-resource request (version, discovery, health): "get"
     if (
         rest[:1] == ["namespaces"]
         and len(rest) >= 3
