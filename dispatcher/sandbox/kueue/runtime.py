@@ -216,22 +216,32 @@ async def write_admission_status(
     workload: Mapping[str, Any],
     status: Mapping[str, Any],
     config: KueueConfig,
+    *,
+    strict: bool = False,
 ) -> Obj | None:
     """Write a Workload's admission status as Kueue's ``PatchAdmissionStatus`` does.
 
     Default: server-side apply to ``/status`` as ``kueue-admission`` with force and the whole
     admission-status body (C42). With the ``WorkloadRequestUseMergePatch`` gate (C45): a JSON
     merge patch that explicitly nulls cleared fields, so it removes them whoever owns them.
+    ``strict`` (Kueue's ``WithStrict``) sends the workload's ``resourceVersion`` as a
+    precondition: a write based on a stale copy fails with 409 instead of undoing newer changes.
     """
     meta = workload["metadata"]
     body = admission_status_body(status)
+    metadata: Obj = {"name": meta["name"], "namespace": meta["namespace"]}
+    if strict and meta.get("resourceVersion"):
+        metadata["resourceVersion"] = meta["resourceVersion"]
     if config.merge_patch_gate:
         patch_status: Obj = {name: body.get(name) for name in ADMISSION_STATUS_FIELDS}
         patch_status["conditions"] = status.get("conditions") or []
+        patch: Obj = {"status": patch_status}
+        if "resourceVersion" in metadata:
+            patch["metadata"] = {"resourceVersion": metadata["resourceVersion"]}
         return await client.merge_patch(
             WORKLOADS,
             meta["name"],
-            {"status": patch_status},
+            patch,
             namespace=meta["namespace"],
             subresource="status",
             field_manager=KUEUE_ADMISSION,
@@ -241,7 +251,7 @@ async def write_admission_status(
         {
             "apiVersion": WORKLOADS.api_version,
             "kind": "Workload",
-            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+            "metadata": metadata,
             "status": body,
         },
         subresource="status",
