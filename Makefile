@@ -41,6 +41,7 @@ test: lint typecheck imports unit
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/fake_apiserver.py
+	$(BIN)/python benchmarks/decision_cost.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
