@@ -51,7 +51,9 @@ def admin_app(cluster: FakeCluster) -> web.Application:
             response: web.StreamResponse = await handler(request)
             return response
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not secrets.compare_digest(token.strip(), cluster.token):
+        if scheme.lower() != "bearer" or not secrets.compare_digest(
+            token.strip().encode("utf-8", "surrogateescape"), cluster.token.encode()
+        ):
             return web.json_response({"error": "Unauthorized"}, status=401)
         try:
             result: web.StreamResponse = await handler(request)

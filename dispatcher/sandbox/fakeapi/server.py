@@ -112,6 +112,13 @@ def _truthy(value: str | None) -> bool:
     return value is not None and value.lower() in ("true", "1")
 
 
+def _same_token(given: str, expected: str) -> bool:
+    """Constant-time comparison that also copes with non-ASCII header bytes (F28)."""
+    return secrets.compare_digest(
+        given.strip().encode("utf-8", "surrogateescape"), expected.encode()
+    )
+
+
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -417,7 +424,7 @@ class FakeCluster:
             return await handler(request)
         header = request.headers.get("Authorization", "")
         scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not secrets.compare_digest(token.strip(), self.token):
+        if scheme.lower() != "bearer" or not _same_token(token, self.token):
             return _error_response(ApiError(401, "Unauthorized"))
         return await handler(request)
 
