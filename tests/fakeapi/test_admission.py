@@ -678,6 +678,26 @@ async def test_f39c_kueue_merge_patch_nulling_the_nomination_succeeds(
         assert "f:nominatedClusterNames" not in entry["fieldsV1"].get("f:status", {})
 
 
+async def test_c48_late_nomination_after_admission_is_a_harmless_422(
+    kueue_cluster: FakeCluster, kueue_api: client.ApiClient, nominated: Obj
+) -> None:
+    """C48: once Kueue has admitted the workload (clusterName set, nomination cleared by the
+    policy), a late forced nomination by the dispatcher is refused with 422 "mutually
+    exclusive" — the policy does not fire because clusterName is not newly set — and the
+    admitted state is untouched."""
+    kueue_cluster.admission.add_mutating(kueue_clear_nominated_cluster_names_hook())
+    admitted = await _kueue_apply(kueue_api, _admission_body())
+    with pytest.raises(ApiException) as caught:
+        await _nominate(kueue_api, DISPATCHER, ["w2"])
+    assert caught.value.status == 422
+    assert MUTUALLY_EXCLUSIVE in _status_of(caught.value)["message"]
+    stored = kueue_cluster.object(KUEUE, "workloads", "wl", "default")
+    assert stored is not None
+    assert stored["metadata"]["resourceVersion"] == admitted["metadata"]["resourceVersion"]
+    assert stored["status"]["clusterName"] == "w1"
+    assert stored["status"]["nominatedClusterNames"] == []
+
+
 # --- C54: the MutatingAdmissionPolicy test matrix ----------------------------------------------
 
 EXTERNAL_DISPATCHER = "external-dispatcher-app"

@@ -247,6 +247,8 @@ _BAD_AUTH = {
     "wrong-token": {"Authorization": "Bearer not-the-token"},
     "empty-bearer": {"Authorization": "Bearer "},
     "basic-auth": {"Authorization": "Basic YWRtaW46YWRtaW4="},
+    # Non-ASCII text: must be a 401, not a crash in the token comparison.
+    "non-ascii-token": {"Authorization": "Bearer t\u00f6ken"},
 }
 
 
@@ -271,6 +273,39 @@ async def test_f28_requests_without_the_token_get_401_status(
     assert body["status"] == "Failure"
     assert body["reason"] == "Unauthorized"
     assert body["code"] == 401
+
+
+async def _raw_status(cluster: FakeCluster, authorization: bytes) -> bytes:
+    """The status line of a hand-written HTTPS request (arbitrary header bytes)."""
+    reader, writer = await asyncio.open_connection(
+        "127.0.0.1", cluster.port, ssl=_ca_context(cluster), server_hostname="127.0.0.1"
+    )
+    try:
+        writer.write(
+            b"GET /version HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+            b"Authorization: " + authorization + b"\r\n\r\n"
+        )
+        await writer.drain()
+        status_line = await reader.readline()
+        await reader.read()
+    finally:
+        writer.close()
+        await writer.wait_closed()
+    return status_line
+
+
+@pytest.mark.parametrize(
+    "authorization",
+    [b"Bearer t\xf6ken", b"Bearer \xff\xfe", b"Bearer t\xc3\xb6ken"],
+    ids=["latin-1", "invalid-utf-8", "utf-8"],
+)
+async def test_f28_non_ascii_token_bytes_get_401(
+    cluster: FakeCluster, authorization: bytes
+) -> None:
+    """F28: whatever bytes the header carries, a wrong token is a 401, never a 500."""
+    assert (await _raw_status(cluster, authorization)).startswith(b"HTTP/1.1 401 ")
+    token = cluster.token.encode()
+    assert (await _raw_status(cluster, b"Bearer " + token)).startswith(b"HTTP/1.1 200 ")
 
 
 async def test_f28_writes_without_the_token_change_nothing(

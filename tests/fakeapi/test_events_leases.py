@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import datetime
 import json
+import logging
 from typing import Any
 
+import anyio
 import pytest
-from kubernetes_asyncio import client
+from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.rest import ApiException
+from kubernetes_asyncio.leaderelection.leaderelectionrecord import LeaderElectionRecord
+from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
 
 from dispatcher.sandbox.fakeapi import FakeCluster
 
@@ -462,3 +466,68 @@ async def test_f61_lease_merge_patch_and_delete(api: client.ApiClient) -> None:
     with pytest.raises(ApiException) as caught:
         await leases.read_namespaced_lease("dispatcher-leader", NS)
     assert caught.value.status == 404
+
+
+async def test_f61_kubernetes_asyncio_lease_lock_contention(
+    cluster: FakeCluster, api: client.ApiClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """F61: kubernetes_asyncio's own ``LeaseLock`` (the leader-election resource lock) against
+    the fake: the second create fails, both candidates read the lease, the first update wins
+    and the second, now stale, is refused (409), so exactly one candidate becomes leader."""
+    a = LeaseLock("dispatcher-leader", NS, "pod-a", api)
+    b = LeaseLock("dispatcher-leader", NS, "pod-b", api)
+    first = LeaderElectionRecord(
+        "pod-a", "15", "2026-11-30 10:00:00.000001", "2026-11-30 10:00:00.000001"
+    )
+    assert await a.create("dispatcher-leader", NS, first) is True
+    with caplog.at_level(logging.ERROR):
+        assert await b.create("dispatcher-leader", NS, first) is False
+
+    found_a, record_a = await a.get("dispatcher-leader", NS)
+    found_b, _ = await b.get("dispatcher-leader", NS)
+    assert found_a
+    assert found_b
+    assert isinstance(record_a, LeaderElectionRecord)
+    assert (record_a.holder_identity, record_a.lease_duration) == ("pod-a", "15")
+    assert record_a.renew_time == "2026-11-30 10:00:00.000001"
+
+    renewal = LeaderElectionRecord("pod-a", "15", record_a.acquire_time, "2026-11-30 10:00:05.5")
+    takeover = LeaderElectionRecord("pod-b", "15", "2026-11-30 10:00:05.6", "2026-11-30 10:00:05.6")
+    assert await a.update("dispatcher-leader", NS, renewal) is True
+    with caplog.at_level(logging.ERROR):
+        assert await b.update("dispatcher-leader", NS, takeover) is False
+    assert any("Failed to update lock" in r.getMessage() for r in caplog.records)
+    conflicts = [e for e in cluster.journal.entries() if e.method == "PUT" and e.status == 409]
+    assert len(conflicts) == 1
+
+    stored = cluster.object("coordination.k8s.io", "leases", "dispatcher-leader", NS)
+    assert stored is not None
+    assert stored["spec"]["holderIdentity"] == "pod-a"
+    assert stored["spec"]["renewTime"] == "2026-11-30T10:00:05.500000Z"
+    assert stored["spec"]["acquireTime"] == "2026-11-30T10:00:00.000001Z"
+
+
+async def test_f59_watch_events_of_one_workload_with_a_field_selector(
+    api: client.ApiClient,
+) -> None:
+    """F59 with F19: a watch filtered by ``involvedObject`` fields delivers only that object's
+    events (how a test waits for the ``MultiKueue`` events of one Workload)."""
+    core = client.CoreV1Api(api)
+    listed = await core.list_namespaced_event(NS)
+    selector = "involvedObject.kind=Workload,involvedObject.name=wl-a,reason=MultiKueue"
+    await core.create_namespaced_event(NS, core_event("p.1", kind="Pod", obj_name="p"))
+    await core.create_namespaced_event(NS, core_event("wl-b.1", obj_name="wl-b"))
+    await core.create_namespaced_event(NS, core_event("wl-a.1"))
+    seen: list[tuple[str, str]] = []
+    with anyio.fail_after(10):
+        async with watch.Watch() as w:
+            async for event in w.stream(
+                core.list_namespaced_event,
+                NS,
+                field_selector=selector,
+                resource_version=listed.metadata.resource_version,
+                timeout_seconds=600,
+            ):
+                seen.append((event["type"], event["object"].metadata.name))
+                w.stop()
+    assert seen == [("ADDED", "wl-a.1")]

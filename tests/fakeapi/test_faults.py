@@ -690,7 +690,11 @@ async def test_f52_admin_endpoint_is_separate_loopback_http_and_needs_the_token(
     async with aiohttp.ClientSession(base_url=cluster.admin_url) as anonymous:
         async with anonymous.get("/healthz") as response:
             assert (response.status, await response.text()) == (200, "ok")
-        for headers in ({}, {"Authorization": "Bearer wrong"}):
+        for headers in (
+            {},
+            {"Authorization": "Bearer wrong"},
+            {"Authorization": "Bearer t\u00f6ken"},
+        ):
             async with anonymous.get("/faults", headers=headers) as response:
                 assert response.status == 401
     groups = await client.ApisApi(api).get_api_versions()
