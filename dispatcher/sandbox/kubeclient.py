@@ -267,7 +267,12 @@ class KubeClient:
         return True
 
     async def watch(
-        self, resource: Resource, resource_version: str, *, timeout_seconds: int = 60
+        self,
+        resource: Resource,
+        resource_version: str,
+        *,
+        timeout_seconds: int = 60,
+        label_selector: str | None = None,
     ) -> AsyncIterator[Obj]:
         """The events of one watch request (the caller handles ERROR events)."""
         query = {
@@ -276,6 +281,8 @@ class KubeClient:
             "allowWatchBookmarks": "true",
             "timeoutSeconds": str(timeout_seconds),
         }
+        if label_selector:
+            query["labelSelector"] = label_selector
         async with self._http().get(
             self.server + resource.path() + "?" + urlencode(query),
             timeout=aiohttp.ClientTimeout(total=timeout_seconds + 10, sock_connect=self._timeout),
@@ -291,8 +298,9 @@ class Informer:
     """A list-then-watch cache of one resource in one cluster (all namespaces).
 
     ``on_change`` is called after every change (synchronously, on the event loop). The loop
-    re-lists on 410 Expired and retries with backoff on connection errors; ``synced`` is set after
-    the first successful list, and cleared while the cluster is unreachable.
+    re-lists on 410 Expired and retries with backoff (from ``initial_backoff``, doubling up to
+    ``max_backoff``) on connection errors; ``synced`` is set after the first successful list.
+    ``label_selector`` restricts the cache to matching objects (list and watch).
     """
 
     def __init__(
@@ -303,6 +311,8 @@ class Informer:
         *,
         watch_timeout: int = 30,
         max_backoff: float = 2.0,
+        initial_backoff: float = 0.05,
+        label_selector: str | None = None,
     ) -> None:
         self.client = client
         self.resource = resource
@@ -313,6 +323,8 @@ class Informer:
         self.last_error: str = ""
         self._watch_timeout = watch_timeout
         self._max_backoff = max_backoff
+        self._initial_backoff = initial_backoff
+        self.label_selector = label_selector
 
     @staticmethod
     def key(obj: Obj) -> tuple[str, str]:
@@ -335,10 +347,10 @@ class Informer:
 
     async def run(self) -> None:
         """List, then watch, forever (until cancelled)."""
-        backoff = 0.05
+        backoff = self._initial_backoff
         while True:
             try:
-                listed = await self.client.list(self.resource)
+                listed = await self.client.list(self.resource, label_selector=self.label_selector)
                 fresh = {self.key(o): o for o in listed.get("items", [])}
                 for key, obj in list(self.objects.items()):
                     if key not in fresh:
@@ -352,7 +364,7 @@ class Informer:
                 self.last_error = ""
                 self.synced.set()
                 self._notify("SYNCED", {})
-                backoff = 0.05
+                backoff = self._initial_backoff
                 rv = listed["metadata"]["resourceVersion"]
                 await self._watch_from(rv)
             except (aiohttp.ClientError, OSError, TimeoutError, KubeError) as error:
@@ -365,7 +377,10 @@ class Informer:
     async def _watch_from(self, rv: str) -> None:
         while True:  # each watch ends after timeoutSeconds; resume from the last resourceVersion
             async for event in self.client.watch(
-                self.resource, rv, timeout_seconds=self._watch_timeout
+                self.resource,
+                rv,
+                timeout_seconds=self._watch_timeout,
+                label_selector=self.label_selector,
             ):
                 kind = event.get("type")
                 obj = event.get("object") or {}

@@ -1,0 +1,1268 @@
+"""The manager's MultiKueue controllers of the emulated Kueue (contract C8–C11, C20–C41, C56–C62).
+
+Three level-triggered controllers share one manager :class:`~.runtime.ClusterConnection`:
+
+* :class:`ClusterController` keeps one :class:`RemoteCluster` (client + informer on the remote
+  Workloads that carry the origin label) per ``MultiKueueCluster`` and reports its ``Active``
+  condition (C10, C11, C62);
+* :class:`AdmissionCheckController` reports the ``Active`` condition of the AdmissionChecks whose
+  controller is ``kueue.x-k8s.io/multikueue`` (C8);
+* :class:`WorkloadController` is Kueue's ``multikueue_workload`` reconciler (C20–C33, C36–C41),
+  with the built-in AllAtOnce and Incremental dispatchers (C56–C61), the orphan garbage
+  collector (C41), ``MultiKueue`` events and the two counters of C51.
+
+:class:`MultiKueueManager` wires them together. Compose it with the Kueue core on the same
+connection::
+
+    conn = ClusterConnection("manager", kubeconfig, [])
+    core = CoreKueue(conn, config, clock, role="manager")
+    mk = MultiKueueManager(conn, config, clock)
+    await run_all(conn.run, core.run, mk.run)
+
+Every status write to a manager Workload goes through :func:`.runtime.write_admission_status`
+(server-side apply as ``kueue-admission`` with the whole admission body, or a merge patch under the
+C45 gate), so the field-manager pitfall of C43 reproduces exactly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import collections
+import contextlib
+import copy
+import datetime
+import ipaddress
+import logging
+import re
+import ssl
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+
+from dispatcher.sandbox.kubeclient import (
+    ADMISSION_CHECKS,
+    EVENTS,
+    JOBS,
+    MULTIKUEUE_CLUSTERS,
+    MULTIKUEUE_CONFIGS,
+    SECRETS,
+    WORKLOADS,
+    Informer,
+    KubeClient,
+    KubeError,
+    Resource,
+)
+from dispatcher.sandbox.kueue.runtime import (
+    ALL_AT_ONCE,
+    INCREMENTAL,
+    KUEUE_MANAGER,
+    MULTIKUEUE_CONTROLLER,
+    ORIGIN_LABEL,
+    USER_AGENT,
+    Clock,
+    ClusterConnection,
+    Controller,
+    Counters,
+    KueueConfig,
+    Obj,
+    condition,
+    is_true,
+    parse_time,
+    set_condition,
+    timestamp,
+    write_admission_status,
+)
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, str]
+
+KUEUE_GROUP = "kueue.x-k8s.io"
+SECRET_KEY = "kubeconfig"  # C10: MultiKueueConfigSecretKey
+JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"  # C32: dropped from remote copies
+RESOURCE_IN_USE_FINALIZER = "kueue.x-k8s.io/resource-in-use"
+JOB_MANAGED_BY = "kueue.x-k8s.io/multikueue"
+EVENT_REASON = "MultiKueue"  # C51
+
+# C51 metric names.
+DISPATCHED_TOTAL = "multikueue_workloads_dispatched_total"
+ADMITTED_TOTAL = "multikueue_workloads_admitted_total"
+
+# C11: reconnect backoff starts at 5 s and doubles for 7 steps.
+RECONNECT_BASE_SECONDS = 5.0
+RECONNECT_MAX_STEPS = 7
+
+ERR_NO_REMOTE_CLIENT = "no remote client for nominated cluster"  # C32
+
+SyncRemoteJob = Callable[[KubeClient, Obj, str], Awaitable[None]]
+"""``sync_remote_job(worker_client, local_workload, cluster_name)`` (C28 step 2, C33)."""
+
+RemoveRemoteJob = Callable[[KubeClient, Obj, str], Awaitable[None]]
+"""``remove_remote_job(worker_client, remote_workload, cluster_name)`` (C24, C32, C41)."""
+
+_DNS1123_SUBDOMAIN = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+)
+
+
+def _key(obj: Mapping[str, Any]) -> Key:
+    meta = obj.get("metadata") or {}
+    return (meta.get("namespace", ""), meta.get("name", ""))
+
+
+def _since(clock: Clock, when: str | None) -> float:
+    """Seconds from an RFC 3339 time to now (0 when unknown)."""
+    parsed = parse_time(when)
+    return (clock.now() - parsed).total_seconds() if parsed else 0.0
+
+
+def _rv(obj: Mapping[str, Any] | None) -> int:
+    try:
+        return int(((obj or {}).get("metadata") or {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
+# --- kubeconfig validation (C62) -------------------------------------------------------------
+
+
+class KubeconfigError(Exception):
+    """The kubeconfig cannot be used; ``reason`` is the MultiKueueCluster condition reason."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+def _valid_host(server: str) -> bool:
+    """Kueue's ``isValidHostname``: the host is an IP address or a DNS-1123 subdomain."""
+    try:
+        host = urlsplit(server).hostname or ""
+    except ValueError:
+        return False
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        pass
+    return len(host) <= 253 and bool(_DNS1123_SUBDOMAIN.match(host.lower()))
+
+
+def validate_kubeconfig(text: str) -> Obj:
+    """Parse and validate a worker kubeconfig exactly as Kueue does (C62).
+
+    Raises :class:`KubeconfigError` with reason ``InsecureKubeConfig`` (as Kueue's
+    ``validateKubeconfig`` failures are reported) and Kueue's messages.
+    """
+    insecure = "InsecureKubeConfig"
+    try:
+        parsed = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise KubeconfigError(
+            insecure, f"failed to parse kubeconfig(apiconfig): {error}"
+        ) from error
+    if not isinstance(parsed, dict):
+        raise KubeconfigError(insecure, "failed to parse kubeconfig(apiconfig): not a mapping")
+    for entry in parsed.get("users") or []:
+        if (entry.get("user") or {}).get("tokenFile"):
+            raise KubeconfigError(insecure, "tokenFile is not allowed")
+    for entry in parsed.get("clusters") or []:
+        name, cluster = entry.get("name", ""), entry.get("cluster") or {}
+        if cluster.get("insecure-skip-tls-verify"):
+            raise KubeconfigError(
+                insecure, f"insecure TLS verification is not allowed for cluster {name}"
+            )
+        if cluster.get("certificate-authority"):
+            raise KubeconfigError(
+                insecure,
+                "certificate-authority file paths are not allowed, use "
+                f"certificate-authority-data for cluster {name}",
+            )
+        if not cluster.get("server"):
+            raise KubeconfigError(insecure, f"server URL is required for cluster {name}")
+    # The REST config of the current context (clientcmd.RESTConfigFromKubeConfig).
+    contexts = {c.get("name"): c.get("context") or {} for c in parsed.get("contexts") or []}
+    clusters = {c.get("name"): c.get("cluster") or {} for c in parsed.get("clusters") or []}
+    users = {u.get("name"): u.get("user") or {} for u in parsed.get("users") or []}
+    current = parsed.get("current-context")
+    if not current or current not in contexts:
+        raise KubeconfigError(insecure, "invalid configuration: no configuration has been provided")
+    context = contexts[current]
+    cluster = clusters.get(context.get("cluster"))
+    if cluster is None:
+        raise KubeconfigError(
+            insecure, f'invalid configuration: cluster "{context.get("cluster")}" not found'
+        )
+    user = users.get(context.get("user"), {})
+    if user.get("tokenFile"):
+        raise KubeconfigError(insecure, "bearerTokenFile is not allowed")
+    if not _valid_host(str(cluster.get("server", ""))):
+        raise KubeconfigError(insecure, "untrusted server endpoint")
+    if user.get("username") or user.get("password"):
+        raise KubeconfigError(insecure, "basic auth is not allowed")
+    if user.get("exec"):
+        raise KubeconfigError(insecure, "exec plugins are not allowed")
+    if user.get("auth-provider"):
+        raise KubeconfigError(insecure, "auth providers are not allowed")
+    return parsed
+
+
+# --- remote clusters (C10, C11, C23, C41) ----------------------------------------------------
+
+
+class RemoteCluster:
+    """A connection to one worker: a client and an informer on its copies (origin label)."""
+
+    def __init__(
+        self,
+        name: str,
+        source: str,
+        kubeconfig: Mapping[str, Any],
+        origin: str,
+        on_change: Callable[[str, str, Obj], None],
+        *,
+        reconnect_base_seconds: float,
+    ) -> None:
+        self.name = name
+        self.source = source  # the kubeconfig text, to notice a rotation
+        self.client = KubeClient(kubeconfig, user_agent=USER_AGENT)
+        self._on_change = on_change
+        self.workloads = Informer(
+            self.client,
+            WORKLOADS,
+            self._changed,
+            label_selector=f"{ORIGIN_LABEL}={origin}",
+            initial_backoff=reconnect_base_seconds,
+            max_backoff=reconnect_base_seconds * 2 ** (RECONNECT_MAX_STEPS - 1),
+        )
+        self.failed_attempts = 0
+        self._task: asyncio.Task[None] | None = None
+
+    def _changed(self, kind: str, obj: Obj) -> None:
+        if kind == "DISCONNECTED":
+            self.failed_attempts += 1
+        elif kind == "SYNCED":
+            self.failed_attempts = 0
+        self._on_change(self.name, kind, obj)
+
+    @property
+    def connected(self) -> bool:
+        """Whether the informer has listed and its watch is up (C11 ``Active``)."""
+        return self.workloads.connected and self.workloads.synced.is_set()
+
+    def copy_of(self, key: Key) -> Obj | None:
+        """The cached remote copy of a manager Workload."""
+        return self.workloads.get(key[1], key[0])
+
+    def start(self) -> None:
+        """Start connecting (and reconnecting, with backoff)."""
+        self._task = asyncio.get_running_loop().create_task(self.workloads.run())
+
+    async def stop(self) -> None:
+        """Stop watching and close the client."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        await self.client.close()
+
+
+class _Loop(Controller):
+    """A :class:`Controller` whose error retries run in wall-clock time, not the injected clock."""
+
+    def retry_soon(self, seconds: float) -> None:
+        """Mark dirty again after ``seconds`` of real time (errors, connection backoff)."""
+
+        async def later() -> None:
+            await asyncio.sleep(seconds)
+            self.mark_dirty()
+
+        task = asyncio.get_running_loop().create_task(later())
+        self._timers.add(task)
+        task.add_done_callback(self._timers.discard)
+
+    async def run(self) -> None:
+        try:
+            await super().run()
+        finally:
+            self.cancel_timers()
+
+
+def _condition_changed(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
+    if old is None:
+        return True
+    return any(old.get(f) != new.get(f) for f in ("status", "reason", "message"))
+
+
+async def _write_condition(
+    client: KubeClient,
+    resource: Resource,
+    obj: Obj,
+    kind: str,
+    value: bool,
+    reason: str,
+    message: str,
+    clock: Clock,
+) -> bool:
+    """Set one status condition (merge patch as ``kueue``) when it changed; True if written."""
+    status = copy.deepcopy(obj.get("status") or {})
+    old = condition(status, kind)
+    wanted = {"status": "True" if value else "False", "reason": reason, "message": message}
+    if not _condition_changed(old, wanted):
+        return False
+    set_condition(status, kind, value, reason, message, clock)
+    await client.merge_patch(
+        resource,
+        obj["metadata"]["name"],
+        {"status": {"conditions": status["conditions"]}},
+        subresource="status",
+        field_manager=KUEUE_MANAGER,
+    )
+    return True
+
+
+class ClusterController(_Loop):
+    """``MultiKueueCluster`` reconciler: connections and the ``Active`` condition (C10–C11, C62)."""
+
+    name = "multikueue_cluster"
+
+    def __init__(
+        self,
+        conn: ClusterConnection,
+        config: KueueConfig,
+        clock: Clock,
+        on_remote_change: Callable[[str, str, Obj], None],
+        *,
+        reconnect_base_seconds: float = RECONNECT_BASE_SECONDS,
+    ) -> None:
+        super().__init__(config, clock)
+        self.conn = conn
+        self.remotes: dict[str, RemoteCluster] = {}
+        self._on_remote_change = on_remote_change
+        self.reconnect_base_seconds = reconnect_base_seconds
+
+    def connected(self, name: str) -> RemoteCluster | None:
+        """The remote of that MultiKueueCluster, if it is connected now."""
+        remote = self.remotes.get(name)
+        return remote if remote is not None and remote.connected else None
+
+    def _remote_changed(self, cluster: str, kind: str, obj: Obj) -> None:
+        if kind in ("SYNCED", "DISCONNECTED"):
+            self.mark_dirty()
+        self._on_remote_change(cluster, kind, obj)
+
+    def _load(self, mkc: Obj) -> str:
+        """The kubeconfig text of a MultiKueueCluster (C10), or :class:`KubeconfigError`."""
+        source = (mkc.get("spec") or {}).get("clusterSource") or {}
+        kubeconfig = source.get("kubeConfig")
+        if kubeconfig is None:
+            if source.get("clusterProfileRef") is not None:
+                raise KubeconfigError(
+                    "MultiKueueClusterProfileFeatureDisabled",
+                    "MultiKueueClusterProfile feature gate is disabled",
+                )
+            raise KubeconfigError("BadKubeConfig", "kubeconfig reference is nil")
+        location = kubeconfig.get("location", "")
+        if kubeconfig.get("locationType", "Secret") == "Path":
+            raise KubeconfigError(
+                "BadKubeConfig",
+                f"kubeconfig path {location!r}: locationType Path is not supported by the "
+                "emulation; use a Secret",
+            )
+        secret = self.conn.cache(SECRETS).get(location, self.config.namespace)
+        if secret is None:
+            raise KubeconfigError("BadKubeConfig", f'secrets "{location}" not found')
+        data = (secret.get("data") or {}).get(SECRET_KEY)
+        if data is None:
+            raise KubeconfigError(
+                "BadKubeConfig", f'key "{SECRET_KEY}" not found in secret "{location}"'
+            )
+        try:
+            return base64.b64decode(data).decode()
+        except (binascii.Error, UnicodeDecodeError) as error:
+            raise KubeconfigError("BadKubeConfig", f"secret data: {error}") from error
+
+    async def _teardown(self, name: str) -> None:
+        remote = self.remotes.pop(name, None)
+        if remote is not None:
+            await remote.stop()
+            self._on_remote_change(name, "DISCONNECTED", {})
+
+    async def reconcile(self) -> float | None:
+        """Bring connections and ``Active`` conditions in line with the MultiKueueClusters."""
+        if not (
+            self.conn.cache(MULTIKUEUE_CLUSTERS).synced.is_set()
+            and self.conn.cache(SECRETS).synced.is_set()
+        ):
+            return None
+        seen: set[str] = set()
+        for mkc in self.conn.cache(MULTIKUEUE_CLUSTERS).items():
+            name = mkc["metadata"]["name"]
+            if mkc["metadata"].get("deletionTimestamp"):
+                continue
+            seen.add(name)
+            try:
+                text = self._load(mkc)
+                kubeconfig = validate_kubeconfig(text)
+            except KubeconfigError as error:
+                await self._teardown(name)
+                await self._status(mkc, False, error.reason, f"load client config failed: {error}")
+                continue
+            remote = self.remotes.get(name)
+            if remote is None or remote.source != text:  # new, or the Secret was rotated
+                await self._teardown(name)
+                try:
+                    remote = RemoteCluster(
+                        name,
+                        text,
+                        kubeconfig,
+                        self.config.origin,
+                        self._remote_changed,
+                        reconnect_base_seconds=self.reconnect_base_seconds,
+                    )
+                except (ValueError, KeyError, TypeError, ssl.SSLError, binascii.Error) as error:
+                    await self._status(mkc, False, "ClientConnectionFailed", str(error))
+                    continue
+                self.remotes[name] = remote
+                remote.start()
+            if remote.connected:
+                await self._status(mkc, True, "Active", "Connected")
+            elif remote.failed_attempts:
+                message = remote.workloads.last_error or "connection failed"
+                await self._status(mkc, False, "ClientConnectionFailed", message)
+        for name in list(self.remotes):
+            if name not in seen:  # deleted MultiKueueCluster: tear down
+                await self._teardown(name)
+        return None
+
+    async def _status(self, mkc: Obj, value: bool, reason: str, message: str) -> None:
+        try:
+            await _write_condition(
+                self.conn.client,
+                MULTIKUEUE_CLUSTERS,
+                mkc,
+                "Active",
+                value,
+                reason,
+                message,
+                self.clock,
+            )
+        except KubeError as error:
+            if error.status != 404:
+                raise
+
+    async def close(self) -> None:
+        """Stop every remote."""
+        for name in list(self.remotes):
+            await self._teardown(name)
+
+
+class AdmissionCheckController(_Loop):
+    """The ``Active`` condition of MultiKueue AdmissionChecks (C8)."""
+
+    name = "multikueue_admissioncheck"
+
+    def __init__(self, conn: ClusterConnection, config: KueueConfig, clock: Clock) -> None:
+        super().__init__(config, clock)
+        self.conn = conn
+
+    def _wanted(self, ac: Obj) -> tuple[bool, str, str]:
+        params = (ac.get("spec") or {}).get("parameters")
+        if not params:
+            return False, "BadConfig", "Cannot load the AdmissionChecks parameters: missing"
+        if params.get("apiGroup") != KUEUE_GROUP or params.get("kind") != "MultiKueueConfig":
+            return (
+                False,
+                "BadConfig",
+                "Cannot load the AdmissionChecks parameters: unsupported parameters "
+                f"{params.get('apiGroup')}/{params.get('kind')}",
+            )
+        cfg = self.conn.cache(MULTIKUEUE_CONFIGS).get(params.get("name", ""))
+        if cfg is None:
+            return (
+                False,
+                "BadConfig",
+                "Cannot load the AdmissionChecks parameters: multikueueconfigs."
+                f'{KUEUE_GROUP} "{params.get("name", "")}" not found',
+            )
+        names = list((cfg.get("spec") or {}).get("clusters") or [])
+        missing: list[str] = []
+        inactive: list[str] = []
+        for name in names:
+            mkc = self.conn.cache(MULTIKUEUE_CLUSTERS).get(name)
+            if mkc is None:
+                missing.append(name)
+            elif not is_true(mkc, "Active"):
+                inactive.append(name)
+        unusable = len(missing) + len(inactive)
+        if not unusable:
+            return True, "Active", "The admission check is active"
+        parts = []
+        if missing:
+            parts.append(f"Missing clusters: [{' '.join(missing)}]")
+        if inactive:
+            parts.append(f"Inactive clusters: [{' '.join(inactive)}]")
+        if unusable < len(names):
+            return True, "SomeActiveClusters", ", ".join(parts)
+        return False, "NoUsableClusters", ", ".join(parts)
+
+    async def reconcile(self) -> float | None:
+        """Write every MultiKueue check's ``Active`` condition when it changed."""
+        for ac in self.conn.cache(ADMISSION_CHECKS).items():
+            if (ac.get("spec") or {}).get("controllerName") != MULTIKUEUE_CONTROLLER:
+                continue
+            value, reason, message = self._wanted(ac)
+            try:
+                await _write_condition(
+                    self.conn.client,
+                    ADMISSION_CHECKS,
+                    ac,
+                    "Active",
+                    value,
+                    reason,
+                    message,
+                    self.clock,
+                )
+            except KubeError as error:
+                if error.status != 404:
+                    raise
+        return None
+
+
+# --- the workload controller (C20–C41, C56–C61) ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class StatusWriteError:
+    """A manager Workload status write the API server refused (e.g. C43's 422)."""
+
+    namespace: str
+    name: str
+    code: int
+    message: str
+
+
+@dataclass
+class _Group:
+    """C23: a manager Workload and its copies on the connected clusters of its config."""
+
+    local: Obj
+    check: Obj  # the MultiKueue entry of status.admissionChecks (C21)
+    clusters: list[str]  # MultiKueueConfig.spec.clusters, in config order (C59)
+    remotes: dict[str, RemoteCluster]  # connected clusters of the config
+    copies: dict[str, Obj | None]  # cluster -> remote copy
+
+    @property
+    def key(self) -> Key:
+        return _key(self.local)
+
+    @property
+    def status(self) -> Obj:
+        status: Obj = self.local.get("status") or {}
+        return status
+
+    @property
+    def unavailable(self) -> list[str]:
+        return [c for c in self.clusters if c not in self.remotes]
+
+
+def _admission_cluster_queue(local: Obj) -> str:
+    return str(((local.get("status") or {}).get("admission") or {}).get("clusterQueue") or "")
+
+
+def _replica_role(local: Obj) -> str:
+    return "standalone"  # C51: LeaderWorkerSet roles are not emulated
+
+
+def _spec_for_compare(spec: Mapping[str, Any] | None) -> Obj:
+    out = copy.deepcopy(dict(spec or {}))
+    out.pop("preemptionGates", None)  # C27: gates are per cluster
+    return out
+
+
+def _only_priority_differs(local: Mapping[str, Any], remote: Mapping[str, Any]) -> bool:
+    a, b = _spec_for_compare(local), _spec_for_compare(remote)
+    for spec in (a, b):
+        spec.pop("priority", None)
+        spec.pop("priorityClassRef", None)
+    return a == b
+
+
+def clone_for_create(local: Obj, origin: str) -> Obj:
+    """The remote copy of a manager Workload (C32 ``cloneForCreate``)."""
+    meta = local["metadata"]
+    labels = dict(meta.get("labels") or {})
+    labels.pop(JOB_UID_LABEL, None)
+    labels[ORIGIN_LABEL] = origin
+    clone_meta: Obj = {"name": meta["name"], "namespace": meta["namespace"], "labels": labels}
+    if meta.get("annotations"):
+        clone_meta["annotations"] = dict(meta["annotations"])
+    return {
+        "apiVersion": WORKLOADS.api_version,
+        "kind": "Workload",
+        "metadata": clone_meta,
+        "spec": copy.deepcopy(local.get("spec") or {}),
+    }
+
+
+def _set_check(check: Obj, state: str, message: str, clock: Clock) -> Obj:
+    updated = copy.deepcopy(check)
+    if updated.get("state") != state:
+        updated["lastTransitionTime"] = timestamp(clock)
+    updated["state"] = state
+    updated["message"] = message
+    return updated
+
+
+def _with_check(status: Mapping[str, Any], check: Obj) -> Obj:
+    out = copy.deepcopy(dict(status))
+    out["admissionChecks"] = [
+        check if c.get("name") == check.get("name") else c for c in out.get("admissionChecks") or []
+    ]
+    return out
+
+
+class WorkloadController(_Loop):
+    """Kueue's ``multikueue_workload`` reconciler (C20–C33, C36–C41) and dispatchers (C56–C61).
+
+    A work queue of Workload keys: manager and remote events mark their key, configuration and
+    connectivity changes mark every key, and timers (the injected clock) mark one key.
+    """
+
+    name = "multikueue_workload"
+
+    def __init__(
+        self,
+        conn: ClusterConnection,
+        config: KueueConfig,
+        clock: Clock,
+        clusters: ClusterController,
+        *,
+        counters: Counters | None = None,
+        sync_remote_job: SyncRemoteJob | None = None,
+        remove_remote_job: RemoveRemoteJob | None = None,
+    ) -> None:
+        super().__init__(config, clock)
+        self.conn = conn
+        self.clusters = clusters
+        self.counters = counters if counters is not None else Counters()
+        self.sync_remote_job = sync_remote_job
+        self.remove_remote_job = remove_remote_job
+        # Refused status writes (C43) and nomination errors (C32), most recent last.
+        self.status_write_errors: collections.deque[StatusWriteError] = collections.deque(
+            maxlen=200
+        )
+        self.nomination_errors: collections.deque[str] = collections.deque(maxlen=200)
+        self._keys: set[Key] = set()
+        self._all = True
+        self._deleted: dict[Key, Obj] = {}
+        self._written: dict[Key, Obj] = {}  # our last status write, until the cache catches up
+        self._rounds: dict[Key, datetime.datetime] = {}  # C59: in-memory round starts
+        self._failures: dict[Key, int] = {}
+
+    # --- queue ---------------------------------------------------------------------------
+
+    def mark_key(self, key: Key) -> None:
+        """Reconcile one Workload soon."""
+        self._keys.add(key)
+        self.mark_dirty()
+
+    def mark_all(self, *_: object) -> None:
+        """Reconcile every Workload soon (config, check or connectivity changes)."""
+        self._all = True
+        self.mark_dirty()
+
+    def on_manager_change(self, resource: Resource, kind: str, obj: Obj) -> None:
+        """Listener for the manager connection."""
+        if resource == WORKLOADS:
+            if kind in ("SYNCED", "DISCONNECTED"):
+                self.mark_all()
+                return
+            key = _key(obj)
+            if kind == "DELETED":
+                self._deleted[key] = obj  # C41: remember it to delete its copies
+                self._rounds.pop(key, None)
+            self.mark_key(key)
+        elif resource in (ADMISSION_CHECKS, MULTIKUEUE_CONFIGS, MULTIKUEUE_CLUSTERS):
+            self.mark_all()
+
+    def on_remote_change(self, cluster: str, kind: str, obj: Obj) -> None:
+        """Listener for the remote informers (C20: events from remote clusters)."""
+        if kind in ("SYNCED", "DISCONNECTED"):
+            self.mark_all()
+        else:
+            self.mark_key(_key(obj))
+
+    def _after(self, key: Key, seconds: float) -> None:
+        """Reconcile ``key`` again after ``seconds`` of the injected clock."""
+
+        async def later() -> None:
+            await self.clock.sleep(seconds)
+            self.mark_key(key)
+
+        task = asyncio.get_running_loop().create_task(later())
+        self._timers.add(task)
+        task.add_done_callback(self._timers.discard)
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def _local(self, key: Key) -> Obj | None:
+        cached = self.conn.cache(WORKLOADS).get(key[1], key[0])
+        written = self._written.get(key)
+        if written is not None:
+            if cached is not None and _rv(cached) < _rv(written):
+                return copy.deepcopy(written)
+            del self._written[key]
+        return cached
+
+    def _multikueue_check(self, local: Obj) -> tuple[Obj, Obj] | None:
+        """C21: the MultiKueue entry of ``status.admissionChecks`` and its AdmissionCheck."""
+        for entry in (local.get("status") or {}).get("admissionChecks") or []:
+            ac = self.conn.cache(ADMISSION_CHECKS).get(entry.get("name", ""))
+            if ac is not None and (ac.get("spec") or {}).get("controllerName") == (
+                MULTIKUEUE_CONTROLLER
+            ):
+                return entry, ac
+        return None
+
+    def _config_clusters(self, ac: Obj) -> list[str] | None:
+        params = (ac.get("spec") or {}).get("parameters") or {}
+        cfg = self.conn.cache(MULTIKUEUE_CONFIGS).get(params.get("name", ""))
+        if cfg is None:
+            return None
+        return list((cfg.get("spec") or {}).get("clusters") or [])
+
+    def _group(self, local: Obj, check: Obj, ac: Obj) -> _Group | None:
+        names = self._config_clusters(ac)
+        if names is None:
+            return None
+        remotes: dict[str, RemoteCluster] = {}
+        for name in names:
+            remote = self.clusters.connected(name)
+            if remote is not None:
+                remotes[name] = remote
+        key = _key(local)
+        copies = {name: remote.copy_of(key) for name, remote in remotes.items()}
+        return _Group(local, check, names, remotes, copies)
+
+    # --- writing ---------------------------------------------------------------------------
+
+    async def _write_status(self, local: Obj, status: Obj) -> bool:
+        """One admission-status write (C42/C45); a refusal is recorded and retried."""
+        key = _key(local)
+        try:
+            written = await write_admission_status(self.conn.client, local, status, self.config)
+        except KubeError as error:
+            if error.status == 404:
+                return False
+            self.status_write_errors.append(
+                StatusWriteError(key[0], key[1], error.status, error.message)
+            )
+            log.warning("%s: status write for %s/%s refused: %s", self.name, *key, error)
+            raise
+        if written is not None:
+            self._written[key] = written
+        return True
+
+    async def _event(self, local: Obj, message: str) -> None:
+        """A core/v1 Event with reason ``MultiKueue`` on the manager Workload (C51)."""
+        meta = local["metadata"]
+        now = timestamp(self.clock)
+        body: Obj = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": WORKLOADS.api_version,
+                "kind": "Workload",
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid", ""),
+                "resourceVersion": meta.get("resourceVersion", ""),
+            },
+            "reason": EVENT_REASON,
+            "message": message[:1024],
+            "type": "Normal",
+            "source": {"component": "kueue-admission"},
+            "reportingComponent": "kueue-admission",
+            "reportingInstance": "kueue-emulator",
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            await self.conn.client.create(EVENTS, body)
+        except KubeError as error:
+            log.warning(
+                "%s: event for %s/%s: %s", self.name, meta["namespace"], meta["name"], error
+            )
+
+    async def _remove_copy(self, group: _Group, cluster: str) -> None:
+        """Delete a remote copy (remote job first, then the finalizer, then the copy; C32)."""
+        remote = group.remotes[cluster]
+        copy_ = group.copies.get(cluster)
+        if copy_ is None:
+            return
+        await self._remove_remote(remote, copy_)
+        group.copies[cluster] = None
+
+    async def _remove_remote(self, remote: RemoteCluster, copy_: Obj) -> None:
+        meta = copy_["metadata"]
+        if self.remove_remote_job is not None:
+            await self.remove_remote_job(remote.client, copy_, remote.name)
+        finalizers = meta.get("finalizers") or []
+        if RESOURCE_IN_USE_FINALIZER in finalizers:
+            try:
+                await remote.client.merge_patch(
+                    WORKLOADS,
+                    meta["name"],
+                    {
+                        "metadata": {
+                            "finalizers": [f for f in finalizers if f != RESOURCE_IN_USE_FINALIZER],
+                            "resourceVersion": meta.get("resourceVersion"),
+                        }
+                    },
+                    namespace=meta["namespace"],
+                    field_manager=KUEUE_MANAGER,
+                )
+            except KubeError as error:
+                if error.status != 404:
+                    raise
+        await remote.client.delete(WORKLOADS, meta["name"], meta["namespace"])
+
+    # --- reconcile ---------------------------------------------------------------------------
+
+    async def reconcile(self) -> float | None:
+        """Reconcile the queued Workloads; failures are retried per key with backoff."""
+        if not self.conn.cache(WORKLOADS).synced.is_set():
+            return None
+        if self._all:
+            self._all = False
+            keys = {_key(o) for o in self.conn.cache(WORKLOADS).items()} | set(self._deleted)
+            keys |= self._keys
+        else:
+            keys = set(self._keys)
+        self._keys.clear()
+        retry: float | None = None
+        for key in sorted(keys):
+            try:
+                requeue = await self.reconcile_key(key)
+                self._failures.pop(key, None)
+            except (KubeError, OSError, TimeoutError) as error:
+                failures = self._failures.get(key, 0) + 1
+                self._failures[key] = failures
+                log.info("%s: %s/%s: %s", self.name, key[0], key[1], error)
+                self._keys.add(key)
+                delay = min(0.05 * 2 ** (failures - 1), 2.0)
+                retry = delay if retry is None else min(retry, delay)
+                continue
+            if requeue is not None:
+                self._after(key, requeue)
+        if retry is not None:
+            self.retry_soon(retry)
+        return None
+
+    async def reconcile_key(self, key: Key) -> float | None:
+        """One pass of C21–C33 for one Workload; returns a requeue delay in clock seconds."""
+        local = self._local(key)
+        deleted = local is None or bool(local["metadata"].get("deletionTimestamp"))
+        if local is None:
+            local = self._deleted.get(key)
+            if local is None:
+                return None
+        found = self._multikueue_check(local)
+        if found is None or found[0].get("state") == "Rejected":  # C21
+            self._deleted.pop(key, None)
+            return None
+        check, ac = found
+        if not deleted:
+            rejection = await self._owner_rejection(local)  # C22
+            if rejection is not None:
+                status = _with_check(
+                    local.get("status") or {}, _set_check(check, "Rejected", rejection, self.clock)
+                )
+                await self._write_status(local, status)
+                return None
+        group = self._group(local, check, ac)  # C23
+        if group is None:
+            return None
+        if deleted:  # C41: remote objects are deleted; unreachable ones are left to the GC
+            for cluster in list(group.remotes):
+                await self._remove_copy(group, cluster)
+            self._deleted.pop(key, None)
+            self._rounds.pop(key, None)
+            return None
+        self._deleted.pop(key, None)
+        return await self._reconcile_group(group)
+
+    async def _owner_rejection(self, local: Obj) -> str | None:
+        """C22: the rejection message for an unsupported or unmanaged owner, else None.
+
+        Prebuilt Workloads without owners are accepted (an emulation convenience; upstream
+        rejects them with "No multikueue adapter found"). ``batch/v1`` Jobs must be managed by
+        MultiKueue (``spec.managedBy``).
+        """
+        owners = local["metadata"].get("ownerReferences") or []
+        if not owners:
+            return None
+        owner = next((o for o in owners if o.get("controller")), owners[0])
+        api_version, kind = owner.get("apiVersion", ""), owner.get("kind", "")
+        if (api_version, kind) != ("batch/v1", "Job"):
+            group, _, version = api_version.rpartition("/")
+            gvk = f"{group}/{version}, Kind={kind}" if group else f"/{version}, Kind={kind}"
+            return f'No multikueue adapter found for owner kind "{gvk}"'
+        job = await self.conn.client.get(
+            JOBS, owner.get("name", ""), local["metadata"]["namespace"]
+        )
+        if job is None:
+            raise KubeError(404, {"message": "owner job not found"}, "GET", "jobs")
+        managed_by = (job.get("spec") or {}).get("managedBy") or ""
+        if managed_by != JOB_MANAGED_BY:
+            return (
+                "The owner is not managed by Kueue: Expecting spec.managedBy to be "
+                f'"{JOB_MANAGED_BY}" not "{managed_by}"'
+            )
+        return None
+
+    async def _reconcile_group(self, group: _Group) -> float | None:
+        local, status, key = group.local, group.status, group.key
+        state = group.check.get("state")
+        # C24 (and C40): finished or not reserved -> delete every remote copy.
+        if is_true(local, "Finished") or not is_true(local, "QuotaReserved"):
+            self._rounds.pop(key, None)
+            for cluster in list(group.remotes):
+                await self._remove_copy(group, cluster)
+            if group.unavailable:
+                return self.config.worker_lost_timeout_seconds
+            return None
+        # C25: a remote copy finished -> copy back, finish locally (OutOfSync -> Retry).
+        finished = self._best(group, "Finished")
+        if finished is not None:
+            cluster, cond = finished
+            if cond.get("reason") == "OutOfSync":
+                if state != "Retry":
+                    message = (
+                        f'Workload finished OutOfSync on worker cluster "{cluster}": '
+                        f"{cond.get('message', '')}"
+                    )
+                    await self._write_status(
+                        local,
+                        _with_check(status, _set_check(group.check, "Retry", message, self.clock)),
+                    )
+                return None
+            if self.sync_remote_job is not None:
+                await self.sync_remote_job(group.remotes[cluster].client, local, cluster)
+            new_status = copy.deepcopy(status)
+            set_condition(
+                new_status,
+                "Finished",
+                True,
+                cond.get("reason") or "Succeeded",
+                cond.get("message") or "",
+                self.clock,
+            )
+            await self._write_status(local, new_status)
+            return None
+        # C26: a remote copy evicted.
+        evicted = self._best(group, "Evicted")
+        if evicted is not None:
+            cluster, _ = evicted
+            if is_true(local, "Evicted"):
+                if self.sync_remote_job is not None:
+                    await self.sync_remote_job(group.remotes[cluster].client, local, cluster)
+                return None
+            if state == "Ready":
+                where = status.get("clusterName") or cluster
+                message = (
+                    f'Workload evicted on worker cluster: "{where}", '
+                    'resetting for re-admission. Previously: "Ready"'
+                )
+                await self._write_status(
+                    local,
+                    _with_check(status, _set_check(group.check, "Retry", message, self.clock)),
+                )
+                await self._event(local, message)
+                return None
+        # C27: spec drift -> delete the copy (priority changes are pushed instead).
+        for cluster, copy_ in list(group.copies.items()):
+            if copy_ is None:
+                continue
+            if _spec_for_compare(copy_.get("spec")) == _spec_for_compare(local.get("spec")):
+                continue
+            if _only_priority_differs(local.get("spec") or {}, copy_.get("spec") or {}):
+                spec = local.get("spec") or {}
+                await group.remotes[cluster].client.merge_patch(
+                    WORKLOADS,
+                    key[1],
+                    {
+                        "spec": {
+                            "priority": spec.get("priority"),
+                            "priorityClassRef": spec.get("priorityClassRef"),
+                        }
+                    },
+                    namespace=key[0],
+                    field_manager=KUEUE_MANAGER,
+                )
+                continue
+            await self._remove_copy(group, cluster)
+        # C28: admission detection, before nomination sync.
+        admitted = self._best(group, "Admitted")
+        if admitted is not None:
+            return await self._admitted(group, admitted[0])
+        # C29: Ready but no admitted copy visible -> worker lost after the timeout.
+        if state == "Ready":
+            remaining = self.config.worker_lost_timeout_seconds - _since(
+                self.clock, group.check.get("lastTransitionTime")
+            )
+            if remaining > 0:
+                return remaining
+            await self._write_status(
+                local,
+                _with_check(
+                    status, _set_check(group.check, "Retry", "Reserving remote lost", self.clock)
+                ),
+            )
+            return None
+        # C31: nomination only while the check is Pending and clusterName is unset.
+        if state != "Pending" or status.get("clusterName"):
+            return None
+        # C32: every other admission check must be Ready first.
+        for entry in status.get("admissionChecks") or []:
+            if entry.get("name") != group.check.get("name") and entry.get("state") != "Ready":
+                return None
+        return await self._nominate_and_sync(group)
+
+    def _best(self, group: _Group, kind: str) -> tuple[str, Obj] | None:
+        """The copy with the earliest ``kind=True`` transition (ties: cluster name)."""
+        best: tuple[str, str, Obj] | None = None
+        for cluster in sorted(group.copies):
+            copy_ = group.copies[cluster]
+            if copy_ is None:
+                continue
+            cond = condition(copy_.get("status"), kind)
+            if cond is None or cond.get("status") != "True":
+                continue
+            when = str(cond.get("lastTransitionTime") or "")
+            if best is None or when < best[1]:
+                best = (cluster, when, cond)
+        return (best[0], best[2]) if best is not None else None
+
+    async def _admitted(self, group: _Group, cluster: str) -> float | None:
+        """C28: delete the others, sync the job, then one status write (C36), event, counter."""
+        local, status = group.local, group.status
+        for other in list(group.copies):
+            if other != cluster:
+                await self._remove_copy(group, other)
+        if self.sync_remote_job is not None:  # C33: the real job only on the winner
+            await self.sync_remote_job(group.remotes[cluster].client, local, cluster)
+        current = status.get("clusterName")
+        if current and current != cluster:
+            log.error(
+                "%s: %s/%s: attempting to change immutable clusterName from %r to %r",
+                self.name,
+                *group.key,
+                current,
+                cluster,
+            )
+            return None
+        state = group.check.get("state")
+        if state in ("Retry", "Rejected"):
+            return self.config.worker_lost_timeout_seconds
+        if state != "Ready" or not current or status.get("nominatedClusterNames"):
+            message = f'The workload was admitted on "{cluster}"'
+            new_status = _with_check(status, _set_check(group.check, "Ready", message, self.clock))
+            new_status["clusterName"] = cluster
+            new_status.pop("nominatedClusterNames", None)  # C36: cleared in the same write
+            await self._write_status(local, new_status)
+            if state != "Ready":
+                await self._event(local, message)
+                self.counters.inc(
+                    ADMITTED_TOTAL,
+                    cluster_queue=_admission_cluster_queue(local),
+                    cluster=cluster,
+                    replica_role=_replica_role(local),
+                )
+        return self.config.worker_lost_timeout_seconds
+
+    async def _nominate_and_sync(self, group: _Group) -> float | None:
+        """C32 with the dispatchers of C56–C61, then create or delete copies."""
+        local, status, key = group.local, group.status, group.key
+        current = list(status.get("nominatedClusterNames") or [])
+        requeue: float | None = None
+        dispatcher = self.config.dispatcher_name
+        if dispatcher == ALL_AT_ONCE:  # C56
+            nominated = sorted(group.remotes)
+            if sorted(current) != nominated:
+                new_status = copy.deepcopy(status)
+                new_status["nominatedClusterNames"] = nominated
+                await self._write_status(local, new_status)
+        elif dispatcher == INCREMENTAL:  # C59
+            nominated = current
+            started = self._rounds.get(key)
+            round_seconds = self.config.incremental_round_seconds
+            elapsed = (self.clock.now() - started).total_seconds() if started else None
+            if elapsed is None or elapsed >= round_seconds:
+                candidates = [c for c in group.clusters if c not in current]
+                if candidates:
+                    step = max(1, self.config.incremental_step_size)
+                    nominated = current + candidates[:step]
+                    new_status = copy.deepcopy(status)
+                    new_status["nominatedClusterNames"] = nominated
+                    await self._write_status(local, new_status)
+                    self._rounds[key] = self.clock.now()
+                    requeue = round_seconds
+                else:  # ErrNoMoreWorkers: no state change
+                    log.debug("%s: %s/%s: no more workers", self.name, *key)
+            else:
+                requeue = round_seconds - elapsed
+        else:  # C32: external — read the nomination as written
+            nominated = current
+        missing = [c for c in nominated if c not in group.remotes]
+        for cluster in missing:
+            message = f"cluster {cluster}: {ERR_NO_REMOTE_CLIENT}"
+            self.nomination_errors.append(f"{key[0]}/{key[1]}: {message}")
+            log.warning("%s: %s/%s: %s", self.name, *key, message)
+        for cluster, remote in group.remotes.items():
+            copy_ = group.copies.get(cluster)
+            if cluster in nominated:
+                if copy_ is None:
+                    try:
+                        await remote.client.create(
+                            WORKLOADS, clone_for_create(local, self.config.origin)
+                        )
+                    except KubeError as error:
+                        if error.status != 409:
+                            raise
+                    else:
+                        self.counters.inc(
+                            DISPATCHED_TOTAL,
+                            cluster_queue=_admission_cluster_queue(local),
+                            cluster=cluster,
+                            replica_role=_replica_role(local),
+                        )
+            elif copy_ is not None:
+                await self._remove_copy(group, cluster)
+        if missing:
+            raise KubeError(503, {"message": ERR_NO_REMOTE_CLIENT}, "SYNC", f"{key[0]}/{key[1]}")
+        return requeue
+
+    # --- orphan GC (C41) -----------------------------------------------------------------
+
+    async def collect_garbage(self) -> int:
+        """Delete remote copies (origin label) whose manager Workload is gone; the count."""
+        manager = self.conn.cache(WORKLOADS)
+        if not manager.synced.is_set():
+            return 0
+        removed = 0
+        for remote in list(self.clusters.remotes.values()):
+            if not remote.connected:
+                continue
+            try:
+                listed = await remote.client.list(
+                    WORKLOADS, label_selector=f"{ORIGIN_LABEL}={self.config.origin}"
+                )
+                for copy_ in listed.get("items") or []:
+                    key = _key(copy_)
+                    local = manager.get(key[1], key[0])
+                    if local is not None and not local["metadata"].get("deletionTimestamp"):
+                        continue
+                    await self._remove_remote(remote, copy_)
+                    removed += 1
+            except (KubeError, OSError, TimeoutError) as error:
+                log.info("%s: GC on %s: %s", self.name, remote.name, error)
+        return removed
+
+    async def run_gc(self) -> None:
+        """Run the orphan GC every ``gc_interval_seconds`` of the injected clock (C41)."""
+        while True:
+            await self.clock.sleep(self.config.gc_interval_seconds)
+            await self.collect_garbage()
+
+
+class MultiKueueManager:
+    """The manager's MultiKueue controllers on one manager connection.
+
+    Adds the informers it needs to ``conn`` (Workloads, AdmissionChecks, MultiKueueClusters,
+    MultiKueueConfigs, Secrets) and subscribes to it; :meth:`run` runs the controllers and the
+    GC but not ``conn.run`` (the composition root runs the connection once for every controller
+    sharing it).
+    """
+
+    def __init__(
+        self,
+        conn: ClusterConnection,
+        config: KueueConfig,
+        clock: Clock,
+        *,
+        counters: Counters | None = None,
+        sync_remote_job: SyncRemoteJob | None = None,
+        remove_remote_job: RemoveRemoteJob | None = None,
+        reconnect_base_seconds: float = RECONNECT_BASE_SECONDS,
+    ) -> None:
+        self.conn = conn
+        self.config = config
+        self.clock = clock
+        self.counters = counters if counters is not None else Counters()
+        for resource in (
+            WORKLOADS,
+            ADMISSION_CHECKS,
+            MULTIKUEUE_CLUSTERS,
+            MULTIKUEUE_CONFIGS,
+            SECRETS,
+        ):
+            conn.add_resource(resource)
+        self.clusters = ClusterController(
+            conn,
+            config,
+            clock,
+            self._remote_changed,
+            reconnect_base_seconds=reconnect_base_seconds,
+        )
+        self.checks = AdmissionCheckController(conn, config, clock)
+        self.workloads = WorkloadController(
+            conn,
+            config,
+            clock,
+            self.clusters,
+            counters=self.counters,
+            sync_remote_job=sync_remote_job,
+            remove_remote_job=remove_remote_job,
+        )
+        conn.subscribe(self._manager_changed)
+
+    def _manager_changed(self, resource: Resource, kind: str, obj: Obj) -> None:
+        if resource in (MULTIKUEUE_CLUSTERS, SECRETS):
+            self.clusters.mark_dirty()
+        if resource in (ADMISSION_CHECKS, MULTIKUEUE_CONFIGS, MULTIKUEUE_CLUSTERS):
+            self.checks.mark_dirty()
+        self.workloads.on_manager_change(resource, kind, obj)
+
+    def _remote_changed(self, cluster: str, kind: str, obj: Obj) -> None:
+        self.workloads.on_remote_change(cluster, kind, obj)
+
+    @property
+    def sync_remote_job(self) -> SyncRemoteJob | None:
+        """The Job hook called after admission detection (C28, C33)."""
+        return self.workloads.sync_remote_job
+
+    @sync_remote_job.setter
+    def sync_remote_job(self, hook: SyncRemoteJob | None) -> None:
+        self.workloads.sync_remote_job = hook
+
+    async def run(self) -> None:
+        """Run the three controllers and the GC until cancelled; then close every remote."""
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self.clusters.run())
+                group.create_task(self.checks.run())
+                group.create_task(self.workloads.run())
+                group.create_task(self.workloads.run_gc())
+        finally:
+            await self.clusters.close()
