@@ -17,10 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 import yaml
 from kube_builders import KUEUE, V1BETA2, apply_status, condition, widget, workload
-from kubernetes_asyncio import client
+from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.rest import ApiException
 
 from dispatcher.sandbox.fakeapi import (
@@ -384,6 +385,42 @@ async def test_f51_hook_exception_fails_closed_with_500(
         assert stored is not None
         assert stored["spec"] == {"size": 1}
     assert any("admission hook failed" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize(
+    "error", [Denied("no"), RuntimeError("hook bug")], ids=["denied-422", "exception-500"]
+)
+async def test_f48_f51_refused_write_emits_no_watch_event(
+    cluster: FakeCluster, api: client.ApiClient, error: Exception
+) -> None:
+    """F48/F51 with F46: a refused write leaves no trace in the watch history — a watch resumed
+    from before it sees only the next successful write."""
+    created = await _create_widget(api, "w", size=1)
+    hook = _raising_hook("validating", error, Match(operations=("UPDATE",)))
+    _add(cluster, hook)
+    objects = _objects(api)
+    args = (EXAMPLE, "v1", "default", "widgets", "w")
+    with pytest.raises(ApiException):
+        await objects.patch_namespaced_custom_object(
+            *args, {"spec": {"size": 2}}, _content_type=MERGE
+        )
+    cluster.admission.remove(hook.name)
+    await objects.patch_namespaced_custom_object(*args, {"spec": {"size": 3}}, _content_type=MERGE)
+    events = []
+    with anyio.fail_after(10):
+        async with watch.Watch() as w:
+            async for event in w.stream(
+                objects.list_namespaced_custom_object,
+                EXAMPLE,
+                "v1",
+                "default",
+                "widgets",
+                resource_version=created["metadata"]["resourceVersion"],
+                timeout_seconds=600,
+            ):
+                events.append((event["type"], event["object"]["spec"]["size"]))
+                w.stop()
+    assert events == [("MODIFIED", 3)]
 
 
 # --- F49: order and attribution ----------------------------------------------------------------
