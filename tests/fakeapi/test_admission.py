@@ -262,6 +262,51 @@ async def test_f48_hooks_get_operation_objects_and_request_details(
     assert update.object["status"] == {"ok": True}
 
 
+async def test_f48_apply_to_a_missing_object_is_a_create_for_hooks(
+    cluster: FakeCluster, api: client.ApiClient
+) -> None:
+    """F48 with F32: server-side apply that creates the object is admitted as CREATE (no old
+    object), a second apply as UPDATE; both carry the applier's field manager."""
+    recorder = Recorder()
+    cluster.admission.add_validating(recorder.validating("v", Match(groups=(EXAMPLE,))))
+    for size in (1, 2):
+        await _objects(api).patch_namespaced_custom_object(
+            EXAMPLE,
+            "v1",
+            "default",
+            "widgets",
+            "w",
+            widget("w", size=size),
+            field_manager="applier",
+            _content_type=APPLY,
+        )
+    (_, create), (_, update) = recorder.calls
+    assert (create.operation, create.old_object, create.field_manager) == (
+        "CREATE",
+        None,
+        "applier",
+    )
+    assert (update.operation, update.field_manager) == ("UPDATE", "applier")
+    assert update.old_object is not None
+    assert update.old_object["spec"] == {"size": 1}
+    assert update.object is not None
+    assert update.object["spec"] == {"size": 2}
+
+
+async def test_f48_delete_hook_gets_the_old_object_only(
+    cluster: FakeCluster, api: client.ApiClient
+) -> None:
+    """F48: on DELETE the new object is None and the old object is the stored one."""
+    recorder = Recorder()
+    cluster.admission.add_validating(recorder.validating("v", Match(operations=("DELETE",))))
+    created = await _create_widget(api, "w", size=1)
+    await _objects(api).delete_namespaced_custom_object(EXAMPLE, "v1", "default", "widgets", "w")
+    [(_, delete)] = recorder.calls
+    assert (delete.operation, delete.object, delete.name) == ("DELETE", None, "w")
+    assert delete.old_object is not None
+    assert delete.old_object["metadata"]["uid"] == created["metadata"]["uid"]
+
+
 # --- F48: denial -------------------------------------------------------------------------------
 
 DENIAL_CASES = {

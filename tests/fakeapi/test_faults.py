@@ -539,6 +539,56 @@ async def test_f57_history_truncation_expires_older_resource_versions(
     assert await _watch_from(api, relisted["metadata"]["resourceVersion"]) == ["c"]
 
 
+WATCH_FOREVER_410_CASES = {
+    "expire-next-1-is-absorbed-by-the-client-retry": ("expire", 1, ["b"]),
+    "expire-next-2-reaches-the-caller": ("expire", 2, None),
+    "truncated-history-reaches-the-caller": ("truncate", 0, None),
+}
+
+
+@pytest.mark.parametrize(
+    ("how", "count", "expected"),
+    list(WATCH_FOREVER_410_CASES.values()),
+    ids=list(WATCH_FOREVER_410_CASES),
+)
+async def test_f57_watch_forever_client_retries_410_once(
+    cluster: FakeCluster, api: client.ApiClient, how: str, count: int, expected: list[str] | None
+) -> None:
+    """F57 with section 8: ``Watch.stream`` without ``timeout_seconds`` retries a 410 once with
+    the same resourceVersion. So ``expire_next_watches(1)`` is absorbed by that retry; to drive a
+    watch-forever client into its re-list path use ``count >= 2`` or ``truncate_history()``."""
+    a = await _create(api, "a")
+    await _create(api, "b")
+    if how == "expire":
+        cluster.expire_next_watches(count)
+    else:
+        cluster.truncate_history()
+    names: list[str] = []
+
+    async def watch_forever() -> None:
+        async with watch.Watch() as w:
+            async for event in w.stream(
+                _objects(api).list_namespaced_custom_object,
+                G,
+                V,
+                NS,
+                PLURAL,
+                resource_version=a["metadata"]["resourceVersion"],
+            ):
+                names.append(event["object"]["metadata"]["name"])
+                w.stop()
+
+    with anyio.fail_after(DEADLINE):
+        if expected is None:
+            with pytest.raises(ApiException) as caught:
+                await watch_forever()
+            assert caught.value.status == 410
+        else:
+            await watch_forever()
+            assert names == expected
+    assert len(_journal(cluster, verb="watch")) == 2
+
+
 # --- F58: journal ------------------------------------------------------------------------------
 
 
