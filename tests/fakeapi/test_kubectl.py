@@ -19,7 +19,7 @@ How kubectl is run:
 
 Concurrency without sleeps: where kubectl must be waiting before the test changes something
 (``wait``, ``delete`` with a finalizer, ``get -w``), the test waits, with a deadline, until the
-server has registered kubectl's watch (``FakeCluster.store.watchers()``).
+server has registered kubectl's watch (``FakeCluster.wait_for_watches``).
 
 Workloads are written to ``kueue_cluster`` (the real Kueue v0.19.2 CRDs: schema defaults, pruning,
 CEL), everything else to ``cluster``.
@@ -202,24 +202,13 @@ class LineReader:
                     return line
 
 
-async def wait_for(predicate: Callable[[], bool], what: str, seconds: float = WAIT_TIMEOUT) -> None:
-    """Poll a server-side condition (the server runs on this loop) until true, with a deadline.
-
-    The fake has no change notification for its watcher set, so this polls every 5 ms.
-    """
+async def watch_open(cluster: FakeCluster, plural: str) -> None:
+    """Wait, with a deadline, until a client (kubectl wait / delete / get -w) watches ``plural``."""
     try:
-        with anyio.fail_after(seconds):
-            while True:
-                if predicate():
-                    return
-                await anyio.sleep(0.005)
+        with anyio.fail_after(WAIT_TIMEOUT):
+            await cluster.wait_for_watches(path=rf"/{plural}$")
     except TimeoutError:
-        pytest.fail(f"timed out after {seconds} s waiting for {what}")
-
-
-def watching(cluster: FakeCluster, plural: str) -> Callable[[], bool]:
-    """Whether some client has an open watch on ``plural`` (kubectl wait / delete / get -w)."""
-    return lambda: any(w.path.endswith(f"/{plural}") for w in cluster.store.watchers())
+        pytest.fail(f"no watch on {plural} within {WAIT_TIMEOUT} s")
 
 
 def table(result: Result) -> list[dict[str, str]]:
@@ -607,15 +596,9 @@ async def test_f12_f25_delete_waits_for_finalizers(
             results.append(await kueue_kubectl.run("delete", "workload", "wl", "--timeout=20s"))
 
         tg.start_soon(delete)
-        await wait_for(
-            lambda: bool(
-                (stored_workload(kueue_cluster, "wl") or {})
-                .get("metadata", {})
-                .get("deletionTimestamp")
-            ),
-            "deletionTimestamp",
-        )
-        await wait_for(watching(kueue_cluster, "workloads"), "kubectl's watch on workloads")
+        # kubectl sends DELETE, then watches until the object is gone.
+        await watch_open(kueue_cluster, "workloads")
+        assert stored_workload(kueue_cluster, "wl")["metadata"]["deletionTimestamp"]
         assert results == []  # still waiting for the finalizer
         await merge_patch_workload(kueue_api, "wl", {"metadata": {"finalizers": None}})
     assert results[0].returncode == 0, results[0].describe()
@@ -642,7 +625,7 @@ async def test_f18_f25_wait_for_jsonpath(
             )
 
         tg.start_soon(wait)
-        await wait_for(watching(kueue_cluster, "workloads"), "kubectl's watch on workloads")
+        await watch_open(kueue_cluster, "workloads")
         assert results == []  # the condition is not met yet
         await merge_patch_workload(kueue_api, "wl", {"spec": {"queueName": "q2"}})
     assert results[0].returncode == 0, results[0].describe()
@@ -688,7 +671,7 @@ async def test_f14_f15_f25_get_watch(
                     ["EVENT", "NAME"] if watch_events else ["NAME", "AGE"]
                 )
                 await reader.until(lambda line: "before" in line.split())
-                await wait_for(watching(kueue_cluster, "workloads"), "kubectl's watch")
+                await watch_open(kueue_cluster, "workloads")
                 await create_workload(kueue_api, workload("during", queue="q1"))
                 added = await reader.until(lambda line: "during" in line.split())
                 await merge_patch_workload(kueue_api, "during", {"spec": {"queueName": "q2"}})
@@ -1051,15 +1034,15 @@ LIMIT_CASES = {
 
 @pytest.mark.parametrize("case", LIMIT_CASES.values(), ids=LIMIT_CASES.keys())
 async def test_f25_documented_limits(
-    case: LimitCase, kueue_kubectl: Kubectl, kueue_cluster: FakeCluster, tmp_path: Path
+    case: LimitCase, kubectl: Kubectl, cluster: FakeCluster, tmp_path: Path
 ) -> None:
     """F25 limits 1–2 (and section 9): imperative creates send protobuf (415) and client-side
     validation needs OpenAPI documents the fake does not serve; nothing is created."""
     path = manifest(tmp_path, "wl", workload("wl"))
     args = [str(path) if a == _WL_FILE else a for a in case.args]
-    result = await kueue_kubectl.fails(*args)
+    result = await kubectl.fails(*args)
     assert case.message in result.stderr, result.describe()
-    assert kueue_cluster.object(*case.leaves_absent) is None
+    assert cluster.object(*case.leaves_absent) is None
 
 
 async def test_f25_limit4_lists_are_not_tables_but_carry_kind_and_api_version(
