@@ -713,7 +713,6 @@ class FakeCluster:
             initial = [
                 o for o in self.store.items(target.resource.key, target.namespace) if matches(o)
             ]
-            self.store.subscribe(watcher, None, replay_filter)
 
         response = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
         response.enable_chunked_encoding()
