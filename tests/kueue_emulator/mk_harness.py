@@ -26,6 +26,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from dispatcher.sandbox.fakeapi.admission import kueue_clear_nominated_cluster_names_hook
 from dispatcher.sandbox.fakeapi.kubeconfig import dump
+from dispatcher.sandbox.fakeapi.registry import Resource, resource_from_crd
 from dispatcher.sandbox.fakeapi.server import FakeCluster, load_crd_documents
 from dispatcher.sandbox.kueue.multikueue import MultiKueueManager, SyncRemoteJob
 from dispatcher.sandbox.kueue.runtime import (
@@ -57,17 +58,18 @@ DEADLINE = 10.0
 
 
 @functools.cache
-def _crd_documents() -> tuple[Obj, ...] | None:
+def _crd_resources() -> tuple[Resource, ...] | None:
+    """The Kueue CRDs, parsed and compiled once per session (registering them is read-only)."""
     path = kueue_crds_dir()
-    return tuple(load_crd_documents(path)) if path is not None else None
+    if path is None:
+        return None
+    return tuple(resource_from_crd(doc) for doc in load_crd_documents(path))
 
 
 def new_cluster(name: str) -> FakeCluster:
     """A fake cluster with the real Kueue v0.19.2 CRDs when present (schemas and CEL enforced)."""
-    docs = _crd_documents()
-    if docs is not None:
-        return FakeCluster(name, crds=docs)
-    return FakeCluster(name, resources=KUEUE_SHORT_FORMS)
+    resources = _crd_resources()
+    return FakeCluster(name, resources=resources if resources is not None else KUEUE_SHORT_FORMS)
 
 
 def ts(seconds: float = 0.0) -> str:

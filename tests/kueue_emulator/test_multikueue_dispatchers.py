@@ -1,0 +1,194 @@
+"""Kueue's built-in dispatchers as baselines: AllAtOnce and Incremental (C56–C61, S54, S63)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mk_harness import Env, eventually, start_env
+
+from dispatcher.sandbox.kueue.multikueue import ADMITTED_TOTAL, DISPATCHED_TOTAL
+from dispatcher.sandbox.kueue.runtime import ALL_AT_ONCE, INCREMENTAL
+
+ROUND = 300.0  # C58: 5-minute rounds
+
+
+def _nominated(obj: dict[str, Any]) -> list[str]:
+    return list((obj.get("status") or {}).get("nominatedClusterNames") or [])
+
+
+async def _wait_nominated(env: Env, name: str, expected: list[str]) -> None:
+    await env.wait_workload(name, lambda o: _nominated(o) == expected)
+
+
+async def _advance_until_nominated(env: Env, name: str, expected: list[str]) -> None:
+    """Advance the ManualClock one round at a time until the nomination is ``expected``.
+
+    A round may need a second advance when the clock moved before the round timer was armed; the
+    nomination must never skip ahead of ``expected`` (one step per round, C59).
+    """
+    for _ in range(3):
+        env.clock.advance(ROUND)
+        try:
+            await _wait_nominated_within(env, name, expected, 1.0)
+            return
+        except AssertionError:
+            current = _nominated(await env.get(name) or {})
+            assert current == expected[: len(current)], current
+    raise AssertionError(f"nomination never became {expected}")
+
+
+async def _wait_nominated_within(env: Env, name: str, expected: list[str], seconds: float) -> None:
+    async def probe() -> bool:
+        obj = await env.get(name)
+        return obj is not None and _nominated(obj) == expected
+
+    await eventually(probe, deadline=seconds, what=f"nomination {expected}")
+
+
+async def test_c56_all_at_once_copies_everywhere_first_admission_wins() -> None:
+    workers = ("worker3", "worker1", "worker2")
+    async with start_env(workers=workers, dispatcher_name=ALL_AT_ONCE) as env:
+        await env.create_workload("wl")
+        await env.reserve_quota("wl")
+        await _wait_nominated(env, "wl", ["worker1", "worker2", "worker3"])  # sorted
+        await env.wait_copies("wl", workers)
+        assert env.controllers.counters.get(DISPATCHED_TOTAL) == 3
+        await env.worker_admit("worker2", "wl")
+        local = await env.wait_workload(
+            "wl", lambda o: (o.get("status") or {}).get("clusterName") == "worker2"
+        )
+        assert not _nominated(local)
+        await env.wait_copies("wl", ["worker2"])
+        assert env.controllers.counters.get(ADMITTED_TOTAL) == 1
+        assert env.controllers.counters.get(DISPATCHED_TOTAL) == 3
+
+
+async def test_c56_earliest_admission_wins_when_several_are_admitted() -> None:
+    async with start_env(workers=("worker1", "worker2"), dispatcher_name=ALL_AT_ONCE) as env:
+        await env.create_workload("wl")
+        await env.reserve_quota("wl")
+        await env.wait_copies("wl", ["worker1", "worker2"])
+        await env.stop_controllers()
+        await env.worker_admit("worker1", "wl", at=20)
+        await env.worker_admit("worker2", "wl", at=10)  # admitted earlier
+        await env.start_controllers()
+        await env.wait_workload(
+            "wl", lambda o: (o.get("status") or {}).get("clusterName") == "worker2"
+        )
+        await env.wait_copies("wl", ["worker2"])
+
+
+async def test_s63_only_connected_clusters_nominated() -> None:
+    async with start_env(
+        workers=("worker1", "worker2", "worker3"), dispatcher_name=ALL_AT_ONCE
+    ) as env:
+        await env.workers["worker2"].down()
+        await env.wait_condition("multikueueclusters", "worker2", "False", "ClientConnectionFailed")
+        await env.create_workload("wl")
+        await env.reserve_quota("wl")
+        await _wait_nominated(env, "wl", ["worker1", "worker3"])
+        await env.wait_copies("wl", ["worker1", "worker3"])
+        await env.workers["worker2"].up()  # C56: a cluster joining recomputes the nomination
+        await _wait_nominated(env, "wl", ["worker1", "worker2", "worker3"])
+        await env.wait_copies("wl", ["worker1", "worker2", "worker3"])
+
+
+async def test_s54_config_reevaluation() -> None:
+    async with start_env(
+        workers=("worker1", "worker2"), config_clusters=["worker1"], dispatcher_name=ALL_AT_ONCE
+    ) as env:
+        await env.create_workload("wl")
+        await env.reserve_quota("wl")
+        await _wait_nominated(env, "wl", ["worker1"])
+        await env.wait_copies("wl", ["worker1"])
+        await env.set_config_clusters(["worker1", "worker2"])
+        await _wait_nominated(env, "wl", ["worker1", "worker2"])
+        await env.wait_copies("wl", ["worker1", "worker2"])
+
+
+async def test_c59_incremental_one_cluster_per_round_in_config_order() -> None:
+    config_order = ["worker3", "worker1", "worker2"]  # not alphabetical (C59)
+    async with start_env(
+        workers=("worker1", "worker2", "worker3"),
+        config_clusters=config_order,
+        dispatcher_name=INCREMENTAL,
+        incremental_step_size=1,
+        incremental_round_seconds=ROUND,
+    ) as env:
+        await env.create_workload("wl")
+        await env.reserve_quota("wl")
+        await _wait_nominated(env, "wl", ["worker3"])
+        await env.wait_copies("wl", ["worker3"])
+        await env.settle()
+        assert _nominated(await env.get("wl") or {}) == ["worker3"]  # no new round yet
+        await _advance_until_nominated(env, "wl", ["worker3", "worker1"])
+        await env.wait_copies("wl", ["worker3", "worker1"])
+        await _advance_until_nominated(env, "wl", config_order)
+        await env.wait_copies("wl", config_order)
+        env.clock.advance(ROUND)  # ErrNoMoreWorkers: no change (C59 step 4)
+        await env.settle()
+        assert _nominated(await env.get("wl") or {}) == config_order
+        assert env.controllers.counters.get(DISPATCHED_TOTAL) == 3
+        await env.worker_admit("worker1", "wl")
+        await env.wait_workload(
+            "wl", lambda o: (o.get("status") or {}).get("clusterName") == "worker1"
+        )
+        await env.wait_copies("wl", ["worker1"])
+
+
+async def test_c60_incremental_step_size() -> None:
+    async with start_env(
+        workers=("worker1", "worker2", "worker3"),
+        dispatcher_name=INCREMENTAL,
+        incremental_step_size=2,
+        incremental_round_seconds=ROUND,
+    ) as env:
+        await env.create_workload("wl")
+        await env.reserve_quota("wl")
+        await _wait_nominated(env, "wl", ["worker1", "worker2"])
+        await _advance_until_nominated(env, "wl", ["worker1", "worker2", "worker3"])
+
+
+async def test_c59_incremental_nominates_unreachable_clusters_too() -> None:
+    async with start_env(
+        workers=("worker1", "worker2"),
+        dispatcher_name=INCREMENTAL,
+        incremental_step_size=1,
+        incremental_round_seconds=ROUND,
+    ) as env:
+        await env.workers["worker1"].down()
+        await env.wait_condition("multikueueclusters", "worker1", "False", "ClientConnectionFailed")
+        await env.create_workload("wl")
+        await env.reserve_quota("wl")
+        await _wait_nominated(env, "wl", ["worker1"])  # connectivity is not checked (C59, C61)
+
+        async def no_client() -> bool:
+            errors = env.controllers.workloads.nomination_errors
+            return any("cluster worker1: no remote client" in e for e in errors)
+
+        await eventually(no_client, what="the no-remote-client error for worker1")
+        assert await env.copies("wl") == set()
+        await _advance_until_nominated(env, "wl", ["worker1", "worker2"])
+        await env.wait_copies("wl", ["worker2"])
+
+
+async def test_c61_incremental_timer_is_in_memory_and_eviction_restarts() -> None:
+    async with start_env(
+        workers=("worker1", "worker2", "worker3"),
+        dispatcher_name=INCREMENTAL,
+        incremental_step_size=1,
+        incremental_round_seconds=ROUND,
+    ) as env:
+        await env.create_workload("wl")
+        await env.reserve_quota("wl")
+        await _wait_nominated(env, "wl", ["worker1"])
+        # A manager restart forgets the round: the next round fires at once (C61).
+        await env.stop_controllers()
+        await env.start_controllers()
+        await _wait_nominated(env, "wl", ["worker1", "worker2"])
+        # Eviction resets the nomination; after requeue it starts from the head again (C61).
+        await env.evict_on_manager("wl")
+        await env.wait_copies("wl", [])
+        await env.reserve_quota("wl")
+        await _wait_nominated(env, "wl", ["worker1"])
+        await env.wait_copies("wl", ["worker1"])

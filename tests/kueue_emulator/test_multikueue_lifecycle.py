@@ -1,0 +1,104 @@
+"""Lifecycle rules on the manager: worker lost (C29), orphan GC (C41), events (C51)."""
+
+from __future__ import annotations
+
+from mk_harness import NS, check_state, eventually, start_env, workload_body
+
+from dispatcher.sandbox.kueue.multikueue import ORIGIN_LABEL
+
+TIMEOUT = 60.0
+
+
+async def test_c29_worker_lost_sets_retry_after_timeout() -> None:
+    async with start_env(policy_hook=True, worker_lost_timeout_seconds=TIMEOUT) as env:
+        await env.create_workload("wl")
+        await env.reserve_quota("wl")
+        await env.nominate("wl", ["worker1"])
+        await env.wait_copies("wl", ["worker1"])
+        await env.worker_admit("worker1", "wl")
+        await env.wait_workload("wl", lambda o: (check_state(o) or {}).get("state") == "Ready")
+        await env.workers["worker1"].down()
+        await env.wait_condition("multikueueclusters", "worker1", "False", "ClientConnectionFailed")
+        await env.settle()
+        local = await env.get("wl")
+        assert (check_state(local) or {})["state"] == "Ready"  # tolerated for now
+        env.clock.advance(TIMEOUT)
+        local = await env.wait_workload(
+            "wl", lambda o: (check_state(o) or {}).get("state") == "Retry"
+        )
+        assert (check_state(local) or {})["message"] == "Reserving remote lost"
+
+
+async def test_s59_brief_disconnect_does_not_evict() -> None:
+    """S59: a disconnect shorter than workerLostTimeout leaves the admission alone."""
+    async with start_env(policy_hook=True, worker_lost_timeout_seconds=TIMEOUT) as env:
+        await env.create_workload("wl")
+        await env.reserve_quota("wl")
+        await env.nominate("wl", ["worker1"])
+        await env.wait_copies("wl", ["worker1"])
+        await env.worker_admit("worker1", "wl")
+        await env.wait_workload("wl", lambda o: (check_state(o) or {}).get("state") == "Ready")
+        await env.workers["worker1"].down()
+        await env.wait_condition("multikueueclusters", "worker1", "False", "ClientConnectionFailed")
+        env.clock.advance(TIMEOUT / 2)
+        await env.workers["worker1"].up()
+        await env.wait_condition("multikueueclusters", "worker1", "True", "Active")
+        env.clock.advance(TIMEOUT)
+        await env.settle()
+        local = await env.get("wl")
+        assert (check_state(local) or {})["state"] == "Ready"
+        assert (local or {})["status"]["clusterName"] == "worker1"
+
+
+async def test_c41_orphan_gc() -> None:
+    async with start_env(gc_interval_seconds=60.0) as env:
+        await env.create_workload("kept")
+        await env.reserve_quota("kept")
+        await env.nominate("kept", ["worker1"])
+        await env.wait_copies("kept", ["worker1"])
+        worker = env.objects("worker1")
+
+        async def put(name: str, labels: dict[str, str]) -> None:
+            body = workload_body(name)
+            body["metadata"]["labels"] = labels
+            await worker.create_namespaced_custom_object(
+                "kueue.x-k8s.io", "v1beta2", NS, "workloads", body
+            )
+
+        await put("orphan", {ORIGIN_LABEL: "multikueue"})
+        await put("other-origin", {ORIGIN_LABEL: "another-manager"})
+        await put("not-ours", {"app": "x"})
+        await env.settle()
+        assert await env.get("orphan", "worker1") is not None  # only the GC removes it
+        env.clock.advance(60.0)
+
+        async def collected() -> bool:
+            return await env.get("orphan", "worker1") is None
+
+        await eventually(collected, what="the orphan to be garbage-collected")
+        for name in ("kept", "other-origin", "not-ours"):
+            assert await env.get(name, "worker1") is not None, name
+
+
+async def test_c41_gc_removes_copies_left_on_an_unreachable_worker() -> None:
+    """S57: copies of a Workload deleted while its worker was down go at the next GC."""
+    async with start_env(gc_interval_seconds=60.0) as env:
+        await env.create_workload("wl")
+        await env.reserve_quota("wl")
+        await env.nominate("wl", ["worker1", "worker2"])
+        await env.wait_copies("wl", ["worker1", "worker2"])
+        await env.workers["worker2"].down()
+        await env.wait_condition("multikueueclusters", "worker2", "False", "ClientConnectionFailed")
+        await env.objects().delete_namespaced_custom_object(
+            "kueue.x-k8s.io", "v1beta2", NS, "workloads", "wl"
+        )
+        await env.wait_copies("wl", [])  # the reachable worker's copy goes at once
+        await env.workers["worker2"].up()
+        await env.wait_active(["worker2"])
+        assert await env.get("wl", "worker2") is not None
+        env.clock.advance(60.0)
+
+        async def collected() -> bool:
+            return await env.get("wl", "worker2") is None
+
+        await eventually(collected, what="the GC to remove the leftover copy")
