@@ -31,7 +31,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve only the emulated clusters and write their kubeconfigs",
     )
     serve.add_argument("--dir", required=True, help="folder for <cluster>.kubeconfig files")
-    serve.add_argument("--workers", type=int, default=2, help="number of worker clusters")
+    serve.add_argument(
+        "--topology",
+        metavar="FILE",
+        help='topology YAML file (default: "default", the built-in A100/H100/CPU topology)',
+    )
+    serve.add_argument(
+        "--workers",
+        type=int,
+        help="instead of a topology: N identical generic workers worker-1 … worker-N",
+    )
     serve.set_defaults(duration=None)
     plugins = sub.add_parser(
         "plugins",

@@ -1,10 +1,16 @@
 """``multikueue-dispatcher sandbox`` and ``sandbox serve``: emulated clusters on this machine.
 
-``sandbox serve --dir DIR [--workers N]`` starts a manager and N workers (``worker-1`` …), each
-a fake API server over HTTPS with the Kueue CRDs registered, writes ``DIR/<cluster>.kubeconfig``
-(inline CA data and a token: the form Kueue accepts for workers), prints ``READY`` and serves
-until SIGINT or SIGTERM. On the manager, namespace ``kueue-system`` holds one Secret per worker
-(``<worker>-kubeconfig``, key ``kubeconfig``), ready to be named by MultiKueueCluster objects.
+``sandbox serve --dir DIR [--topology FILE | --workers N]`` starts the clusters of a topology
+(:mod:`dispatcher.sandbox.topology`; default: the design's manager + ``worker-a100``,
+``worker-h100``, ``worker-cpu``; ``--workers N``: a generic one with ``worker-1`` …), each a fake
+API server over HTTPS with the Kueue CRDs registered, writes ``DIR/<cluster>.kubeconfig`` (inline
+CA data and a token: the form Kueue accepts for workers), applies the topology through the API
+(namespaces, flavors, ClusterQueues, LocalQueues on every cluster; on the manager one kubeconfig
+Secret per worker in ``kueue-system`` (``<worker>-kubeconfig``, key ``kubeconfig``), the
+MultiKueueClusters, MultiKueueConfig, AdmissionCheck and its ClusterQueue), prints ``READY`` and
+serves until SIGINT or SIGTERM.
+
+:func:`start_topology` is the entry point for whoever adds the Kueue emulation to the sandbox.
 """
 
 from __future__ import annotations
@@ -24,9 +30,18 @@ import anyio
 
 from dispatcher.sandbox.fakeapi.kubeconfig import dump
 from dispatcher.sandbox.fakeapi.server import FakeCluster
+from dispatcher.sandbox.kubeclient import KubeClient
 from dispatcher.sandbox.kueue_crds import KUEUE_SHORT_FORMS, kueue_crds_dir
+from dispatcher.sandbox.topology import (
+    KUEUE_NAMESPACE,
+    Topology,
+    TopologyError,
+    apply_topology,
+    default_topology,
+    generic_topology,
+    load_topology,
+)
 
-KUEUE_NAMESPACE = "kueue-system"
 DEFAULT_WORKERS = ("worker-a100", "worker-h100", "worker-cpu")
 
 
@@ -38,11 +53,25 @@ class Sandbox:
     workers: list[FakeCluster]
     directory: Path
     schemas: bool
+    topology: Topology | None = None
 
     @property
     def clusters(self) -> list[FakeCluster]:
         """Manager first, then the workers."""
         return [self.manager, *self.workers]
+
+    def cluster(self, name: str) -> FakeCluster:
+        """A cluster by name."""
+        for cluster in self.clusters:
+            if cluster.name == name:
+                return cluster
+        raise KeyError(name)
+
+    async def stop(self) -> None:
+        """Stop every cluster (workers first)."""
+        for cluster in reversed(self.clusters):
+            if cluster.is_up:
+                await cluster.stop()
 
     def kubeconfig_path(self, cluster: FakeCluster) -> Path:
         """``DIR/<cluster>.kubeconfig``."""
@@ -74,21 +103,27 @@ def _node(name: str) -> dict[str, Any]:
     }
 
 
-@contextlib.asynccontextmanager
-async def run_sandbox(
-    directory: Path, worker_names: Sequence[str], *, crds: Path | None = None
-) -> AsyncIterator[Sandbox]:
-    """Start the manager and workers, write kubeconfigs and the manager's worker Secrets."""
+async def start_topology(
+    directory: Path, topology: Topology, *, crds: Path | None = None
+) -> Sandbox:
+    """Start one fake cluster per cluster of ``topology`` and set them up through their API.
+
+    Writes ``DIR/<cluster>.kubeconfig`` (mode 0600) for each, seeds a ``<cluster>-control-plane``
+    node and the ``kueue-system`` namespace, then applies the topology through the API
+    (``apply_topology``, worker kubeconfig Secrets on the manager included). ``crds`` is the
+    Kueue CRD folder (default: ``kueue_crds_dir()``; without one the Kueue kinds are served
+    without validation). Stop the clusters with :meth:`Sandbox.stop`, or use
+    :func:`run_topology`.
+    """
     crds = crds if crds is not None else kueue_crds_dir()
     await anyio.Path(directory).mkdir(parents=True, exist_ok=True)
-    manager = _new_cluster("manager", crds)
-    workers = [_new_cluster(name, crds) for name in worker_names]
-    sandbox = Sandbox(manager, workers, directory, schemas=crds is not None)
-    started: list[FakeCluster] = []
+    manager = _new_cluster(topology.manager.name, crds)
+    workers = [_new_cluster(w.name, crds) for w in topology.workers]
+    sandbox = Sandbox(manager, workers, directory, schemas=crds is not None, topology=topology)
+    clients: dict[str, KubeClient] = {}
     try:
         for cluster in sandbox.clusters:
             await cluster.start()
-            started.append(cluster)
             _seed(
                 cluster,
                 [
@@ -99,24 +134,36 @@ async def run_sandbox(
             path = anyio.Path(sandbox.kubeconfig_path(cluster))
             await path.write_text(dump(cluster.kubeconfig))
             await path.chmod(0o600)
-        _seed(
-            manager,
-            [
-                (
-                    "",
-                    "secrets",
-                    {
-                        "metadata": {"name": f"{w.name}-kubeconfig", "namespace": KUEUE_NAMESPACE},
-                        "stringData": {"kubeconfig": dump(w.kubeconfig)},
-                    },
-                )
-                for w in workers
-            ],
-        )
+            clients[cluster.name] = KubeClient(cluster.kubeconfig, user_agent="sandbox-setup")
+        await apply_topology(topology, clients, {w.name: w.kubeconfig for w in workers})
+    except BaseException:
+        await sandbox.stop()
+        raise
+    finally:
+        for kube in clients.values():
+            await kube.close()
+    return sandbox
+
+
+@contextlib.asynccontextmanager
+async def run_topology(
+    directory: Path, topology: Topology, *, crds: Path | None = None
+) -> AsyncIterator[Sandbox]:
+    """:func:`start_topology`, stopped when the block ends."""
+    sandbox = await start_topology(directory, topology, crds=crds)
+    try:
         yield sandbox
     finally:
-        for cluster in reversed(started):
-            await cluster.stop()
+        await sandbox.stop()
+
+
+@contextlib.asynccontextmanager
+async def run_sandbox(
+    directory: Path, worker_names: Sequence[str], *, crds: Path | None = None
+) -> AsyncIterator[Sandbox]:
+    """A manager and the named workers with the generic topology (see ``generic_topology``)."""
+    async with run_topology(directory, generic_topology(worker_names), crds=crds) as sandbox:
+        yield sandbox
 
 
 async def _wait_for_signal() -> None:
@@ -146,9 +193,15 @@ def _describe(sandbox: Sandbox) -> str:
     return "\n".join(lines)
 
 
+def _topology(args: argparse.Namespace) -> Topology:
+    """``--workers N`` gives the generic topology; otherwise ``--topology`` (default: default)."""
+    if args.workers is not None:
+        return generic_topology([f"worker-{i}" for i in range(1, args.workers + 1)])
+    return load_topology(args.topology or "default")
+
+
 async def _serve(args: argparse.Namespace) -> int:
-    names = [f"worker-{i}" for i in range(1, args.workers + 1)]
-    async with run_sandbox(Path(args.dir), names) as sandbox:
+    async with run_topology(Path(args.dir), _topology(args)) as sandbox:
         print(_describe(sandbox), flush=True)
         print("READY", flush=True)
         await _wait_for_signal()
@@ -162,7 +215,7 @@ async def _demo(args: argparse.Namespace) -> int:
             if args.dir
             else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mkd-sandbox-")))
         )
-        async with run_sandbox(directory, DEFAULT_WORKERS) as sandbox:
+        async with run_topology(directory, default_topology()) as sandbox:
             print("multikueue-dispatcher sandbox: emulated manager and workers\n")
             print(_describe(sandbox))
             worker = sandbox.kubeconfig_path(sandbox.workers[0])
@@ -185,8 +238,16 @@ async def _demo(args: argparse.Namespace) -> int:
 def main(args: argparse.Namespace) -> int:
     """Run ``sandbox`` or ``sandbox serve`` from parsed command-line arguments."""
     if args.sandbox_command == "serve":
-        if args.workers < 0:
-            print("error: --workers must be 0 or more", file=sys.stderr)
+        if args.workers is not None and args.topology is not None:
+            print("error: give --topology or --workers, not both", file=sys.stderr)
+            return 2
+        if args.workers is not None and not 0 <= args.workers <= 20:
+            print("error: --workers must be between 0 and 20", file=sys.stderr)
+            return 2
+        try:
+            _topology(args)  # report a bad topology file before starting anything
+        except (TopologyError, OSError) as error:
+            print(f"error: {error}", file=sys.stderr)
             return 2
         return asyncio.run(_serve(args))
     return asyncio.run(_demo(args))
