@@ -1,0 +1,113 @@
+"""Which manager Workloads an external dispatcher may nominate clusters for (contract C49, C31,
+C32, C35).
+
+Pure functions of a raw Workload dict and the names of the AdmissionChecks whose
+``spec.controllerName`` is ``kueue.x-k8s.io/multikueue``. The dispatcher applies the same gating
+Kueue applies to itself, so it never writes a nomination Kueue would ignore.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "COMPONENT_INDEX_ANNOTATION",
+    "MULTIKUEUE_CONTROLLER",
+    "Eligibility",
+    "eligibility",
+    "is_follower_component",
+    "multikueue_check_state",
+]
+
+MULTIKUEUE_CONTROLLER = "kueue.x-k8s.io/multikueue"
+"""``spec.controllerName`` of MultiKueue AdmissionChecks (C8)."""
+COMPONENT_INDEX_ANNOTATION = "kueue.x-k8s.io/component-workload-index"
+"""Index of a component workload of a multi-workload job such as a LeaderWorkerSet (C32)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Eligibility:
+    """The verdict for one workload, with the check that gates it."""
+
+    eligible: bool
+    reason: str
+    check: str | None = None
+    """Name of the workload's MultiKueue admission check, when it has one."""
+
+
+def _conditions(workload: Mapping[str, Any]) -> dict[str, str]:
+    status = workload.get("status") or {}
+    return {
+        str(c.get("type")): str(c.get("status"))
+        for c in status.get("conditions") or []
+        if isinstance(c, Mapping)
+    }
+
+
+def multikueue_check_state(
+    workload: Mapping[str, Any], multikueue_checks: Collection[str]
+) -> tuple[str | None, str | None]:
+    """``(check name, state)`` of the workload's MultiKueue admission check, if any (C21)."""
+    status = workload.get("status") or {}
+    for entry in status.get("admissionChecks") or []:
+        if isinstance(entry, Mapping) and entry.get("name") in multikueue_checks:
+            return str(entry["name"]), str(entry.get("state", ""))
+    return None, None
+
+
+def is_follower_component(workload: Mapping[str, Any]) -> bool:
+    """Whether this is a non-primary component of a multi-workload job (C32).
+
+    Kueue nominates those itself, onto the cluster of the primary component (index 0).
+    """
+    annotations = (workload.get("metadata") or {}).get("annotations") or {}
+    index = annotations.get(COMPONENT_INDEX_ANNOTATION)
+    return index is not None and str(index) != "0"
+
+
+def eligibility(
+    workload: Mapping[str, Any],
+    multikueue_checks: Collection[str],
+    *,
+    require_other_checks_ready: bool = True,
+) -> Eligibility:
+    """Whether the dispatcher should nominate clusters for ``workload`` now (C49).
+
+    Eligible when the workload has a MultiKueue admission check in state ``Pending``, no
+    ``status.clusterName``, ``QuotaReserved=True``, is neither ``Finished`` nor ``Evicted``,
+    is active, every other admission check is ``Ready`` (Kueue does not create copies before,
+    C32), and it is not a follower component of a multi-workload job.
+    """
+    check, state = multikueue_check_state(workload, multikueue_checks)
+    if check is None:
+        return Eligibility(False, "no MultiKueue admission check")
+    if state != "Pending":
+        return Eligibility(False, f"admission check {check} is {state}, not Pending", check)
+    status = workload.get("status") or {}
+    if status.get("clusterName"):
+        return Eligibility(False, f"already admitted on {status['clusterName']}", check)
+    conditions = _conditions(workload)
+    if conditions.get("Finished") == "True":
+        return Eligibility(False, "finished", check)
+    if conditions.get("Evicted") == "True":
+        return Eligibility(False, "evicted; waiting for requeue", check)
+    if conditions.get("QuotaReserved") != "True":
+        return Eligibility(False, "no quota reserved on the manager yet", check)
+    if (workload.get("spec") or {}).get("active") is False:
+        return Eligibility(False, "deactivated", check)
+    if require_other_checks_ready:
+        for entry in status.get("admissionChecks") or []:
+            if isinstance(entry, Mapping) and entry.get("name") != check:
+                if entry.get("state") != "Ready":
+                    return Eligibility(
+                        False,
+                        f"admission check {entry.get('name')} is {entry.get('state')}, not Ready",
+                        check,
+                    )
+    if is_follower_component(workload):
+        return Eligibility(
+            False, "follower component; Kueue pins it to the primary's cluster", check
+        )
+    return Eligibility(True, "eligible", check)
