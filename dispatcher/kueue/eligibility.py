@@ -99,13 +99,13 @@ def eligibility(
         return Eligibility(False, "deactivated", check)
     if require_other_checks_ready:
         for entry in status.get("admissionChecks") or []:
-            if isinstance(entry, Mapping) and entry.get("name") != check:
-                if entry.get("state") != "Ready":
-                    return Eligibility(
-                        False,
-                        f"admission check {entry.get('name')} is {entry.get('state')}, not Ready",
-                        check,
-                    )
+            other = isinstance(entry, Mapping) and entry.get("name") != check
+            if other and entry.get("state") != "Ready":
+                return Eligibility(
+                    False,
+                    f"admission check {entry.get('name')} is {entry.get('state')}, not Ready",
+                    check,
+                )
     if is_follower_component(workload):
         return Eligibility(
             False, "follower component; Kueue pins it to the primary's cluster", check
