@@ -1,0 +1,955 @@
+"""The core of Kueue on one cluster: queues, quota reservation, admission, preemption, eviction.
+
+Worker clusters run this alone (contract C72: workers run Kueue's core without MultiKueue); the
+manager runs it under the MultiKueue controllers of :mod:`.multikueue`, on the same
+:class:`~.runtime.ClusterConnection`::
+
+    conn = ClusterConnection("worker-1", kubeconfig, CoreKueue.RESOURCES)
+    core = CoreKueue(conn, config, clock, role="worker")
+    await run_all(conn.run, core.run)
+
+Every pass of :meth:`CoreKueue.reconcile` recomputes everything from the cached objects:
+
+1. **Lifecycle of workloads holding quota** (C13, C37–C39, C72): an ``Evicted=True`` workload
+   (evicted by us, by a test or by the manager) releases its quota (``QuotaReserved=False``,
+   ``status.admission`` cleared, ``Admitted=False``) and is requeued; an inactive one
+   (``spec.active=false``) is evicted with reason ``Deactivated``; an admission check in
+   ``Rejected`` marks it ``DeactivationTarget`` and deactivates it (a spec write, C39); a check
+   in ``Retry`` evicts it with reason ``AdmissionCheck``; every eviction resets
+   ``clusterName``, ``nominatedClusterNames`` and the admission checks (C37). ``Admitted=True``
+   follows the reservation as a separate write once every admission check is ``Ready``
+   (``config.admit_delay_seconds`` later). On a worker, an admitted workload "runs" for the
+   seconds in :data:`RUN_SECONDS_ANNOTATION` (injected clock) and then gets ``Finished=True``
+   reason ``Succeeded``; finished and deleted workloads hold no quota.
+2. **Scheduling**: pending workloads (active, not finished, no quota) go through their
+   LocalQueue to a ClusterQueue and the pure model
+   :func:`dispatcher.kueue.admission.plan_admissions` decides (queue order, flavors, cohort
+   borrowing, ``LowerPriority`` preemption); a reservation writes ``QuotaReserved=True`` and
+   ``status.admission`` (with, on a ClusterQueue with admission checks, every check
+   ``Pending``); victims get ``Evicted=True`` reason ``Preempted`` and ``Preempted=True`` reason
+   ``InClusterQueue``; workloads that do not fit get ``QuotaReserved=False`` with Kueue's reason
+   and message.
+3. **Queue status** (C69): ClusterQueue ``flavorsReservation`` (reserving and admitted),
+   ``flavorsUsage`` (admitted), the three counters and condition ``Active``; the same counters
+   on LocalQueues; merge patches to ``/status`` as field manager ``kueue``, only on change.
+
+Workload status writes all go through :func:`.runtime.write_admission_status` (server-side apply
+as ``kueue-admission`` with force and the full admission body, or a merge patch under the C45
+gate), with ``strict`` set, as Kueue's scheduler writes: a stale decision fails with 409 and is
+recomputed. Like Kueue's cache "assumes" a workload it has just admitted, the controller keeps
+the objects its writes returned until the informer catches up, so quota is never handed out
+twice.
+
+Differences from Kueue, on purpose: the ``role`` only decides whether admitted workloads "run"
+(workers) or wait for MultiKueue to finish them (manager); no finalizers are managed; no events
+are emitted; hierarchical cohorts, fair sharing, partial admission and topology-aware scheduling
+are not modelled (see :mod:`dispatcher.kueue.admission`).
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+from dispatcher.kueue.admission import (
+    EPOCH,
+    Evaluation,
+    PendingWorkload,
+    QueuePolicy,
+    QuotaSnapshot,
+    ReservingWorkload,
+    admission_usage,
+    format_resource_quantity,
+    parse_cohort_quotas,
+    parse_queue_policy,
+    plan_admissions,
+)
+from dispatcher.kueue.objects import (
+    ClusterQueueView,
+    FlavorResource,
+    ResourceFlavorView,
+    parse_cluster_queue,
+    parse_pod_set,
+    parse_resource_flavor,
+)
+from dispatcher.sandbox.kubeclient import (
+    ADMISSION_CHECKS,
+    CLUSTER_QUEUES,
+    COHORTS,
+    LOCAL_QUEUES,
+    NAMESPACES,
+    RESOURCE_FLAVORS,
+    WORKLOADS,
+    KubeError,
+    Resource,
+)
+from dispatcher.sandbox.kueue.runtime import (
+    KUEUE_MANAGER,
+    Clock,
+    ClusterConnection,
+    Controller,
+    Counters,
+    KueueConfig,
+    Obj,
+    condition,
+    is_true,
+    parse_time,
+    set_condition,
+    timestamp,
+    write_admission_status,
+)
+
+__all__ = ["JOB_UID_LABEL", "RUN_SECONDS_ANNOTATION", "CoreKueue"]
+
+log = logging.getLogger(__name__)
+
+RUN_SECONDS_ANNOTATION = "sandbox.multikueue-dispatcher.io/run-seconds"
+"""How long an admitted workload "runs" on a worker (float seconds; absent: until deleted)."""
+JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+
+Role = Literal["worker", "manager"]
+Key = tuple[str, str]
+
+# Reasons and messages as Kueue v0.19 writes them (C13).
+_PENDING = "Pending"
+_INADMISSIBLE = "Inadmissible"
+_EVICTED_PREEMPTED = "Preempted"
+_EVICTED_CHECK = "AdmissionCheck"
+_EVICTED_DEACTIVATED = "Deactivated"
+_EVICTED_CQ_STOPPED = "ClusterQueueStopped"
+_EVICTED_LQ_STOPPED = "LocalQueueStopped"
+_CHECK_EVICTION_MESSAGE = "At least one admission check is false"
+
+
+def _rv(obj: Mapping[str, Any]) -> int | None:
+    text = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+    return int(text) if text.isdigit() else None
+
+
+def _uid(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("uid", ""))
+
+
+def _key(obj: Mapping[str, Any]) -> Key:
+    meta = obj.get("metadata") or {}
+    return (str(meta.get("namespace", "")), str(meta.get("name", "")))
+
+
+def _active(wl: Mapping[str, Any]) -> bool:
+    return (wl.get("spec") or {}).get("active", True) is not False
+
+
+def _deleting(obj: Mapping[str, Any]) -> bool:
+    return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def _time_of(cond: Mapping[str, Any] | None) -> datetime.datetime | None:
+    return parse_time((cond or {}).get("lastTransitionTime"))
+
+
+def _stopped(obj: Mapping[str, Any] | None) -> str:
+    """``spec.stopPolicy`` of a queue (``None`` when unset)."""
+    return str(((obj or {}).get("spec") or {}).get("stopPolicy") or "None")
+
+
+def _selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
+    """A metav1.LabelSelector; ``None`` matches nothing (Kueue's ``namespaceSelector``)."""
+    if selector is None:
+        return False
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+        present = key in labels
+        if op == "In" and not (present and labels[key] in values):
+            return False
+        if op == "NotIn" and present and labels[key] in values:
+            return False
+        if op == "Exists" and not present:
+            return False
+        if op == "DoesNotExist" and present:
+            return False
+    return True
+
+
+@dataclass
+class _State:
+    """The cached objects of one pass (workloads with the assumed overlay applied)."""
+
+    workloads: dict[Key, Obj]
+    local_queues: dict[Key, Obj]
+    cluster_queues: dict[str, Obj]
+    flavors: dict[str, ResourceFlavorView]
+    cohorts: dict[str, Obj]
+    checks: dict[str, Obj]
+    namespaces: dict[str, Obj]
+    views: dict[str, ClusterQueueView] = field(default_factory=dict)
+
+    def local_queue(self, wl: Mapping[str, Any]) -> Obj | None:
+        namespace, _ = _key(wl)
+        return self.local_queues.get((namespace, str((wl.get("spec") or {}).get("queueName", ""))))
+
+
+class CoreKueue(Controller):
+    """Kueue's core controllers and scheduler for one cluster (C13–C15, C37–C39, C69–C72).
+
+    ``role="worker"``: admitted workloads run for :data:`RUN_SECONDS_ANNOTATION` seconds and
+    finish. ``role="manager"``: they wait for MultiKueue to finish them (C25). Admission checks
+    listed by a ClusterQueue are honoured in both roles (workers usually have none).
+    """
+
+    RESOURCES: ClassVar[tuple[Resource, ...]] = (
+        WORKLOADS,
+        LOCAL_QUEUES,
+        CLUSTER_QUEUES,
+        RESOURCE_FLAVORS,
+        COHORTS,
+        ADMISSION_CHECKS,
+        NAMESPACES,
+    )
+    """What must be cached on the connection (the constructor adds them when missing)."""
+
+    def __init__(
+        self, conn: ClusterConnection, config: KueueConfig, clock: Clock, *, role: str
+    ) -> None:
+        if role not in ("worker", "manager"):
+            raise ValueError(f"role must be 'worker' or 'manager', not {role!r}")
+        super().__init__(config, clock)
+        self.conn = conn
+        self.role = role
+        self.name = f"kueue-core[{conn.name}]"
+        self.counters = Counters()
+        self.conflicts = 0
+        self.rejected_writes = 0
+        """Writes the API server refused with 422 (must stay 0: the CRDs accept all we write)."""
+        self._assumed: dict[Key, Obj] = {}
+        self._reserved_at: dict[str, datetime.datetime] = {}
+        self._admitted_at: dict[str, datetime.datetime] = {}
+        for resource in self.RESOURCES:
+            conn.add_resource(resource)
+        conn.subscribe(self._on_change)
+
+    def _on_change(self, resource: Resource, kind: str, obj: Obj) -> None:
+        if resource in self.RESOURCES:
+            self.mark_dirty()
+
+    # --- reading --------------------------------------------------------------------------
+
+    def _objects(self, resource: Resource) -> dict[Key, Obj]:
+        return dict(self.conn.cache(resource).objects)
+
+    def _read(self) -> _State:
+        workloads = self._objects(WORKLOADS)
+        for key, assumed in list(self._assumed.items()):
+            current = workloads.get(key)
+            rv_now, rv_assumed = (
+                (_rv(current), _rv(assumed)) if current is not None else (None, None)
+            )
+            if (
+                current is None
+                or _uid(current) != _uid(assumed)
+                or rv_now is None
+                or rv_assumed is None
+                or rv_now >= rv_assumed
+            ):
+                del self._assumed[key]
+            else:
+                workloads[key] = assumed
+        state = _State(
+            workloads=workloads,
+            local_queues=self._objects(LOCAL_QUEUES),
+            cluster_queues={k[1]: v for k, v in self._objects(CLUSTER_QUEUES).items()},
+            flavors={
+                k[1]: parse_resource_flavor(v) for k, v in self._objects(RESOURCE_FLAVORS).items()
+            },
+            cohorts={k[1]: v for k, v in self._objects(COHORTS).items()},
+            checks={k[1]: v for k, v in self._objects(ADMISSION_CHECKS).items()},
+            namespaces={k[1]: v for k, v in self._objects(NAMESPACES).items()},
+        )
+        state.views = {name: parse_cluster_queue(cq) for name, cq in state.cluster_queues.items()}
+        return state
+
+    def _cq_problem(self, state: _State, cq: Mapping[str, Any]) -> tuple[str, str] | None:
+        """Why a ClusterQueue is inactive (reason, message), or None when it is active."""
+        if _stopped(cq) != "None":
+            return "Stopped", "Can't admit new workloads: is stopped"
+        spec = cq.get("spec") or {}
+        missing = sorted(
+            {
+                str(f.get("name"))
+                for g in spec.get("resourceGroups") or []
+                for f in g.get("flavors") or []
+                if str(f.get("name")) not in state.flavors
+            }
+        )
+        if missing:
+            return (
+                "FlavorNotFound",
+                "Can't admit new workloads: references missing ResourceFlavor(s): "
+                f"{', '.join(missing)}",
+            )
+        names = self._check_names(cq)
+        absent = [n for n in names if n not in state.checks]
+        if absent:
+            return (
+                "AdmissionCheckNotFound",
+                "Can't admit new workloads: references missing AdmissionCheck(s): "
+                f"{', '.join(absent)}",
+            )
+        inactive = [n for n in names if not is_true(state.checks[n], "Active")]
+        if inactive:
+            return (
+                "AdmissionCheckInactive",
+                "Can't admit new workloads: references inactive AdmissionCheck(s): "
+                f"{', '.join(inactive)}",
+            )
+        return None
+
+    @staticmethod
+    def _check_names(cq: Mapping[str, Any], flavors: set[str] | None = None) -> list[str]:
+        """The admission checks of a ClusterQueue (for the assigned ``flavors``, if given)."""
+        strategy = (cq.get("spec") or {}).get("admissionChecksStrategy") or {}
+        names = []
+        for item in strategy.get("admissionChecks") or []:
+            on = set(item.get("onFlavors") or [])
+            if flavors is None or not on or on & flavors:
+                names.append(str(item["name"]))
+        return names
+
+    def _namespace_matches(self, state: _State, cq: Mapping[str, Any], namespace: str) -> bool:
+        ns = state.namespaces.get(namespace) or {}
+        labels = dict((ns.get("metadata") or {}).get("labels") or {})
+        labels.setdefault("kubernetes.io/metadata.name", namespace)
+        return _selector_matches((cq.get("spec") or {}).get("namespaceSelector"), labels)
+
+    @staticmethod
+    def _queued_at(wl: Mapping[str, Any]) -> datetime.datetime:
+        """Kueue's queue-order timestamp: eviction time after an admission-check eviction."""
+        evicted = condition(wl.get("status"), "Evicted")
+        if evicted and evicted.get("status") == "True" and evicted.get("reason") == _EVICTED_CHECK:
+            when = _time_of(evicted)
+            if when is not None:
+                return when
+        created = parse_time((wl.get("metadata") or {}).get("creationTimestamp"))
+        return created or EPOCH
+
+    @staticmethod
+    def _holds_quota(wl: Mapping[str, Any]) -> bool:
+        return (
+            is_true(wl, "QuotaReserved")
+            and not is_true(wl, "Finished")
+            and not _deleting(wl)
+            and bool(((wl.get("status") or {}).get("admission") or {}).get("clusterQueue"))
+        )
+
+    # --- writing --------------------------------------------------------------------------
+
+    async def _write(self, wl: Obj, status: Obj) -> Obj | None:
+        """A strict admission-status write; the result is assumed until the cache has it."""
+        try:
+            written = await write_admission_status(
+                self.conn.client, wl, status, self.config, strict=True
+            )
+        except KubeError as error:
+            self._write_failed(error, wl)
+            return None
+        if written:
+            self._assumed[_key(written)] = written
+        return written
+
+    def _write_failed(self, error: KubeError, obj: Mapping[str, Any]) -> None:
+        if error.status == 404:
+            return
+        if error.status == 409:
+            self.conflicts += 1
+            self.mark_dirty()
+            return
+        if error.status == 422:
+            self.rejected_writes += 1
+            log.error("%s: write of %s rejected: %s", self.name, _key(obj), error.message)
+            return
+        raise error
+
+    async def _patch_status(self, resource: Resource, obj: Obj, status: Obj) -> None:
+        meta = obj["metadata"]
+        try:
+            await self.conn.client.merge_patch(
+                resource,
+                meta["name"],
+                {"status": status},
+                namespace=meta.get("namespace"),
+                subresource="status",
+                field_manager=KUEUE_MANAGER,
+            )
+        except KubeError as error:
+            self._write_failed(error, obj)
+
+    def _status(self, wl: Mapping[str, Any]) -> Obj:
+        return copy.deepcopy(dict(wl.get("status") or {}))
+
+    def _reset_nomination(self, status: Obj) -> None:
+        """C37 (``resetClusterNomination`` and the checks' reset on eviction)."""
+        status.pop("clusterName", None)
+        status.pop("nominatedClusterNames", None)
+        for check in status.get("admissionChecks") or []:
+            previous = check.get("state")
+            if previous == "Pending":
+                continue
+            if previous == "Retry":
+                check["retryCount"] = int(check.get("retryCount") or 0) + 1
+            check["state"] = "Pending"
+            check["message"] = f"Reset to Pending after eviction. Previously: {previous}"
+            check["lastTransitionTime"] = timestamp(self.clock)
+
+    @staticmethod
+    def _record_eviction(status: Obj, reason: str, cause: str) -> None:
+        stats = status.setdefault("schedulingStats", {})
+        evictions: list[Obj] = stats.setdefault("evictions", [])
+        for item in evictions:
+            if item.get("reason") == reason and item.get("underlyingCause") == cause:
+                item["count"] = int(item.get("count") or 0) + 1
+                return
+        evictions.append({"reason": reason, "underlyingCause": cause, "count": 1})
+
+    async def _evict(
+        self,
+        wl: Obj,
+        reason: str,
+        message: str,
+        *,
+        cause: str = "",
+        preempted: bool = False,
+    ) -> None:
+        """Set ``Evicted=True`` (and ``Preempted=True``) and reset the nomination (C37)."""
+        status = self._status(wl)
+        set_condition(status, "Evicted", True, reason, message, self.clock)
+        if preempted:
+            set_condition(status, "Preempted", True, cause, message, self.clock)
+        if reason == _EVICTED_DEACTIVATED:
+            status["conditions"] = [
+                c for c in status.get("conditions") or [] if c.get("type") != "DeactivationTarget"
+            ]
+        self._reset_nomination(status)
+        self._record_eviction(status, reason, cause)
+        if await self._write(wl, status) is not None:
+            cq = str(((wl.get("status") or {}).get("admission") or {}).get("clusterQueue", ""))
+            self.counters.inc("kueue_evicted_workloads_total", cluster_queue=cq, reason=reason)
+            if preempted:
+                self.counters.inc(
+                    "kueue_preempted_workloads_total", preempting_cluster_queue=cq, reason=cause
+                )
+
+    async def _release(self, wl: Obj) -> None:
+        """After an eviction: give the quota back and requeue (C13, C37, C72)."""
+        status = self._status(wl)
+        evicted = condition(status, "Evicted") or {}
+        reason = str(evicted.get("reason") or _PENDING)
+        message = str(evicted.get("message") or "The workload is evicted")
+        set_condition(status, "QuotaReserved", False, _PENDING, message, self.clock)
+        status.pop("admission", None)
+        if is_true({"status": status}, "Admitted"):
+            set_condition(
+                status,
+                "Admitted",
+                False,
+                "NoReservation",
+                "The workload has no reservation",
+                self.clock,
+            )
+        set_condition(status, "Requeued", _active(wl), reason, message, self.clock)
+        self._reset_nomination(status)
+        await self._write(wl, status)
+
+    # --- phase 1: workloads that hold quota -------------------------------------------------
+
+    async def _lifecycle(self, state: _State, wl: Obj) -> float | None:
+        """Advance one quota-holding workload by at most one write; seconds until due again."""
+        status = wl.get("status") or {}
+        cq_name = str((status.get("admission") or {}).get("clusterQueue", ""))
+        cq = state.cluster_queues.get(cq_name)
+        lq = state.local_queue(wl)
+        admitted = is_true(wl, "Admitted")
+        if is_true(wl, "Evicted"):
+            await self._release(wl)
+            return None
+        if not _active(wl):
+            target = condition(status, "DeactivationTarget")
+            cause = str((target or {}).get("reason") or "")
+            message = "The workload is deactivated"
+            if target and target.get("status") == "True":
+                message += f" due to {target.get('message')}"
+            await self._evict(wl, _EVICTED_DEACTIVATED, message, cause=cause)
+            return None
+        if is_true(wl, "DeactivationTarget"):
+            await self._deactivate(wl)
+            return None
+        for queue, reason in ((cq, _EVICTED_CQ_STOPPED), (lq, _EVICTED_LQ_STOPPED)):
+            policy = _stopped(queue)
+            if policy == "HoldAndDrain" or (policy == "Hold" and not admitted):
+                kind = "ClusterQueue" if reason == _EVICTED_CQ_STOPPED else "LocalQueue"
+                await self._evict(wl, reason, f"The {kind} is stopped")
+                return None
+        checks = list(status.get("admissionChecks") or [])
+        rejected = [c["name"] for c in checks if c.get("state") == "Rejected"]
+        if rejected:  # C39
+            new = self._status(wl)
+            set_condition(
+                new,
+                "DeactivationTarget",
+                True,
+                _EVICTED_CHECK,
+                f"Admission check(s): {', '.join(rejected)}, were rejected",
+                self.clock,
+            )
+            if await self._write(wl, new) is not None:
+                await self._deactivate(wl)
+            return None
+        if any(c.get("state") == "Retry" for c in checks):  # C38
+            await self._evict(wl, _EVICTED_CHECK, _CHECK_EVICTION_MESSAGE)
+            return None
+        if cq is not None and await self._sync_checks(wl, cq):
+            return None
+        ready = all(c.get("state") == "Ready" for c in checks)
+        if not admitted and ready:
+            return await self._admit(wl)
+        if admitted and not ready:
+            new = self._status(wl)
+            set_condition(
+                new,
+                "Admitted",
+                False,
+                "UnsatisfiedChecks",
+                "The workload has not all checks ready",
+                self.clock,
+            )
+            await self._write(wl, new)
+            return None
+        if admitted and self.role == "worker":
+            return await self._run(wl)
+        return None
+
+    async def _deactivate(self, wl: Obj) -> None:
+        """C39: ``spec.active=false`` (a spec write, as Kueue's workload controller does)."""
+        namespace, name = _key(wl)
+        try:
+            await self.conn.client.merge_patch(
+                WORKLOADS,
+                name,
+                {"spec": {"active": False}},
+                namespace=namespace,
+                field_manager=KUEUE_MANAGER,
+            )
+        except KubeError as error:
+            self._write_failed(error, wl)
+
+    async def _sync_checks(self, wl: Obj, cq: Mapping[str, Any]) -> bool:
+        """Keep ``status.admissionChecks`` to the ClusterQueue's list; True when it wrote."""
+        status = self._status(wl)
+        assigned = {
+            str(f)
+            for psa in (status.get("admission") or {}).get("podSetAssignments") or []
+            for f in (psa.get("flavors") or {}).values()
+        }
+        wanted = self._check_names(cq, assigned)
+        current = list(status.get("admissionChecks") or [])
+        if [c.get("name") for c in current] == wanted:
+            return False
+        by_name = {c.get("name"): c for c in current}
+        status["admissionChecks"] = [by_name.get(n) or self._new_check(n) for n in wanted]
+        if not status["admissionChecks"]:
+            status.pop("admissionChecks")
+        await self._write(wl, status)
+        return True
+
+    def _new_check(self, name: str) -> Obj:
+        return {
+            "name": name,
+            "state": "Pending",
+            "message": "",
+            "lastTransitionTime": timestamp(self.clock),
+        }
+
+    async def _admit(self, wl: Obj) -> float | None:
+        """``Admitted=True``, ``admit_delay_seconds`` after the reservation (C72)."""
+        uid = _uid(wl)
+        since = self._reserved_at.get(uid) or _time_of(condition(wl.get("status"), "QuotaReserved"))
+        if since is not None:
+            remaining = self.config.admit_delay_seconds - self._elapsed(since)
+            if remaining > 0:
+                return remaining
+        status = self._status(wl)
+        set_condition(status, "Admitted", True, "Admitted", "The workload is admitted", self.clock)
+        if await self._write(wl, status) is not None:
+            self._admitted_at[uid] = self.clock.now()
+            cq = str(((wl.get("status") or {}).get("admission") or {}).get("clusterQueue", ""))
+            self.counters.inc("kueue_admitted_workloads_total", cluster_queue=cq)
+        return None
+
+    def _elapsed(self, since: datetime.datetime) -> float:
+        return (self.clock.now() - since).total_seconds()
+
+    async def _run(self, wl: Obj) -> float | None:
+        """A worker "runs" an admitted workload, then finishes it (``Finished``/``Succeeded``)."""
+        text = ((wl.get("metadata") or {}).get("annotations") or {}).get(RUN_SECONDS_ANNOTATION)
+        if text is None:
+            return None
+        try:
+            seconds = float(text)
+        except ValueError:
+            log.warning("%s: %s: bad %s %r", self.name, _key(wl), RUN_SECONDS_ANNOTATION, text)
+            return None
+        uid = _uid(wl)
+        since = self._admitted_at.get(uid) or _time_of(condition(wl.get("status"), "Admitted"))
+        if since is not None:
+            remaining = seconds - self._elapsed(since)
+            if remaining > 0:
+                return remaining
+        status = self._status(wl)
+        set_condition(
+            status, "Finished", True, "Succeeded", "Job finished successfully", self.clock
+        )
+        await self._write(wl, status)
+        return None
+
+    # --- phase 2: scheduling ----------------------------------------------------------------
+
+    def _inadmissible(self, state: _State, wl: Obj) -> str | None:
+        """Kueue's message for a workload that cannot be queued to a ClusterQueue at all."""
+        namespace, _ = _key(wl)
+        queue = str((wl.get("spec") or {}).get("queueName", ""))
+        lq = state.local_queue(wl)
+        if lq is None:
+            return f"LocalQueue {queue} doesn't exist"
+        if _stopped(lq) != "None":
+            return f"LocalQueue {queue} is inactive"
+        cq_name = str((lq.get("spec") or {}).get("clusterQueue", ""))
+        cq = state.cluster_queues.get(cq_name)
+        if cq is None:
+            return f"ClusterQueue {cq_name} doesn't exist"
+        if not self._namespace_matches(state, cq, namespace):
+            return "Workload namespace doesn't match ClusterQueue selector"
+        if self._cq_problem(state, cq) is not None:
+            return f"ClusterQueue {cq_name} is inactive"
+        return None
+
+    async def _set_pending(self, wl: Obj, reason: str, message: str) -> None:
+        """``QuotaReserved=False`` with Kueue's reason and message, written only on change."""
+        current = condition(wl.get("status"), "QuotaReserved")
+        if (
+            current is not None
+            and current.get("status") == "False"
+            and current.get("reason") == reason
+            and current.get("message") == message
+        ):
+            return
+        status = self._status(wl)
+        set_condition(status, "QuotaReserved", False, reason, message[:32768], self.clock)
+        await self._write(wl, status)
+
+    def _reserving(self, state: _State) -> list[ReservingWorkload]:
+        out = []
+        for key, wl in sorted(state.workloads.items()):
+            if not self._holds_quota(wl):
+                continue
+            status = wl.get("status") or {}
+            evicted = is_true(wl, "Evicted")
+            out.append(
+                ReservingWorkload(
+                    key=f"{key[0]}/{key[1]}",
+                    cluster_queue=str(status["admission"]["clusterQueue"]),
+                    usage=admission_usage(status.get("admission")),
+                    priority=int((wl.get("spec") or {}).get("priority") or 0),
+                    reserved_at=_time_of(condition(status, "QuotaReserved")) or EPOCH,
+                    queued_at=self._queued_at(wl),
+                    admitted=is_true(wl, "Admitted"),
+                    evicting=evicted,
+                )
+            )
+        return out
+
+    def _pending(
+        self, state: _State
+    ) -> tuple[list[tuple[Obj, PendingWorkload]], list[tuple[Obj, str]]]:
+        """Queued workloads (with their model view), and the inadmissible ones with a message."""
+        queued: list[tuple[Obj, PendingWorkload]] = []
+        inadmissible: list[tuple[Obj, str]] = []
+        for key, wl in sorted(state.workloads.items()):
+            if (
+                is_true(wl, "QuotaReserved")
+                or is_true(wl, "Finished")
+                or not _active(wl)
+                or _deleting(wl)
+            ):
+                continue
+            problem = self._inadmissible(state, wl)
+            if problem is not None:
+                inadmissible.append((wl, problem))
+                continue
+            lq = state.local_queue(wl) or {}
+            spec = wl.get("spec") or {}
+            view = PendingWorkload(
+                key=f"{key[0]}/{key[1]}",
+                cluster_queue=str((lq.get("spec") or {}).get("clusterQueue", "")),
+                pod_sets=tuple(parse_pod_set(ps) for ps in spec.get("podSets") or []),
+                priority=int(spec.get("priority") or 0),
+                queued_at=self._queued_at(wl),
+            )
+            queued.append((wl, view))
+        return queued, inadmissible
+
+    def _snapshot_inputs(
+        self, state: _State
+    ) -> tuple[
+        list[ClusterQueueView], dict[str, QueuePolicy], dict[str, Mapping[FlavorResource, int]]
+    ]:
+        queues = [state.views[name] for name, cq in sorted(state.cluster_queues.items())]
+        policies = {name: parse_queue_policy(cq) for name, cq in state.cluster_queues.items()}
+        cohorts = {name: parse_cohort_quotas(obj) for name, obj in state.cohorts.items()}
+        return queues, policies, cohorts
+
+    async def _schedule_pending(self, state: _State) -> None:
+        queued, inadmissible = self._pending(state)
+        for wl, message in inadmissible:
+            await self._set_pending(wl, _INADMISSIBLE, message)
+        if not queued:
+            return
+        queues, policies, cohorts = self._snapshot_inputs(state)
+        plan = plan_admissions(
+            [view for _, view in queued],
+            self._reserving(state),
+            queues,
+            state.flavors,
+            policies,
+            cohorts,
+        )
+        by_key = {f"{k[0]}/{k[1]}": wl for k, wl in state.workloads.items()}
+        preemptor_of = {v.key: ev.key for ev in plan.preempting for v in ev.victims}
+        for victim in plan.victims:
+            preemptor = by_key[preemptor_of[victim.key]]
+            message = (
+                f"Preempted to accommodate a workload (UID: {_uid(preemptor)}, JobUID: "
+                f"{(preemptor['metadata'].get('labels') or {}).get(JOB_UID_LABEL, 'UNKNOWN')})"
+                " due to prioritization in the ClusterQueue"
+            )
+            await self._evict(
+                by_key[victim.key],
+                _EVICTED_PREEMPTED,
+                message,
+                cause="InClusterQueue",
+                preempted=True,
+            )
+        for ev in plan.preempting:
+            await self._set_pending(by_key[ev.key], _PENDING, ev.reason)
+        for ev in plan.admitted:
+            await self._reserve(state, by_key[ev.key], ev)
+        for ev in plan.pending:
+            await self._set_pending(by_key[ev.key], _PENDING, ev.reason)
+
+    async def _reserve(self, state: _State, wl: Obj, ev: Evaluation) -> None:
+        """``QuotaReserved=True`` and ``status.admission`` (C15, C72)."""
+        status = self._status(wl)
+        assignments = []
+        for raw in (wl.get("spec") or {}).get("podSets") or []:
+            pod_set = parse_pod_set(raw)
+            flavors = dict(ev.flavors.get(pod_set.name) or {})
+            usage = {
+                resource: format_resource_quantity(resource, amount)
+                for resource, amount in pod_set.total.items()
+                if amount > 0 and resource in flavors
+            }
+            assignments.append(
+                {
+                    "name": pod_set.name,
+                    "flavors": flavors,
+                    "resourceUsage": usage,
+                    "count": pod_set.count,
+                }
+            )
+        status["admission"] = {"clusterQueue": ev.cluster_queue, "podSetAssignments": assignments}
+        set_condition(
+            status,
+            "QuotaReserved",
+            True,
+            "QuotaReserved",
+            f"Quota reserved in ClusterQueue {ev.cluster_queue}",
+            self.clock,
+        )
+        for kind in ("Evicted", "Preempted"):
+            previous = condition(status, kind)
+            if previous is not None and previous.get("status") == "True":
+                set_condition(
+                    status,
+                    kind,
+                    False,
+                    "QuotaReserved",
+                    f"Previously: {previous.get('message', '')}"[:32768],
+                    self.clock,
+                )
+        cq = state.cluster_queues[ev.cluster_queue]
+        assigned = {f for per_pod_set in ev.flavors.values() for f in per_pod_set.values()}
+        by_name = {c.get("name"): c for c in status.get("admissionChecks") or []}
+        checks = [by_name.get(n) or self._new_check(n) for n in self._check_names(cq, assigned)]
+        if checks:
+            status["admissionChecks"] = checks
+        else:
+            status.pop("admissionChecks", None)
+        if await self._write(wl, status) is not None:
+            self._reserved_at[_uid(wl)] = self.clock.now()
+            self.counters.inc(
+                "kueue_quota_reserved_workloads_total", cluster_queue=ev.cluster_queue
+            )
+
+    # --- phase 3: queue status ----------------------------------------------------------------
+
+    def _flavor_list(
+        self,
+        snapshot: QuotaSnapshot,
+        cq_name: str,
+        *,
+        borrowed: bool,
+    ) -> list[Obj]:
+        out: list[Obj] = []
+        for group in snapshot.queues[cq_name].resource_groups:
+            for fq in group.flavors:
+                resources = []
+                for resource in group.covered:
+                    fr = (fq.name, resource)
+                    item: Obj = {
+                        "name": resource,
+                        "total": format_resource_quantity(resource, snapshot.used(cq_name, fr)),
+                    }
+                    if borrowed:
+                        item["borrowed"] = format_resource_quantity(
+                            resource, snapshot.borrowed(cq_name, fr)
+                        )
+                    resources.append(item)
+                out.append({"name": fq.name, "resources": resources})
+        return out
+
+    @staticmethod
+    def _condition_changed(current: Mapping[str, Any] | None, wanted: Mapping[str, Any]) -> bool:
+        if current is None:
+            return True
+        return any(current.get(k) != wanted.get(k) for k in ("status", "reason", "message"))
+
+    def _desired_condition(
+        self, obj: Mapping[str, Any], active: bool, reason: str, message: str
+    ) -> Obj:
+        wanted: Obj = {
+            "type": "Active",
+            "status": "True" if active else "False",
+            "reason": reason,
+            "message": message,
+        }
+        current = condition(obj.get("status"), "Active")
+        if current is not None and current.get("status") == wanted["status"]:
+            wanted["lastTransitionTime"] = current.get("lastTransitionTime")
+        else:
+            wanted["lastTransitionTime"] = timestamp(self.clock)
+        return wanted
+
+    @staticmethod
+    def _queue_of(wl: Mapping[str, Any]) -> Key:
+        """``(namespace, spec.queueName)``: the LocalQueue a workload was submitted to."""
+        return (_key(wl)[0], str((wl.get("spec") or {}).get("queueName", "")))
+
+    def _lq_status(self, state: _State, lq: Mapping[str, Any]) -> tuple[bool, str, str]:
+        cq = state.cluster_queues.get(str((lq.get("spec") or {}).get("clusterQueue", "")))
+        if _stopped(lq) != "None":
+            return False, "Stopped", "LocalQueue is stopped"
+        if cq is None:
+            return False, "ClusterQueueDoesNotExist", "Can't submit new workloads to clusterQueue"
+        if self._cq_problem(state, cq) is not None:
+            return False, "ClusterQueueIsInactive", "Can't submit new workloads to clusterQueue"
+        return True, "Ready", "Can submit new workloads to localQueue"
+
+    async def _queue_statuses(self, state: _State) -> None:
+        """ClusterQueue and LocalQueue status (C69), written only when it changed."""
+        holders = {self._workload_key(r): r for r in self._reserving(state)}
+        queues, _, cohorts = self._snapshot_inputs(state)
+        queued, inadmissible = self._pending(state)
+        waiting = [wl for wl, _ in queued] + [wl for wl, _ in inadmissible]
+        pending_lq: dict[Key, int] = {}
+        for wl in waiting:
+            pending_lq[self._queue_of(wl)] = pending_lq.get(self._queue_of(wl), 0) + 1
+        pending_cq: dict[str, int] = {}
+        for key, lq in state.local_queues.items():
+            cq_name = str((lq.get("spec") or {}).get("clusterQueue", ""))
+            pending_cq[cq_name] = pending_cq.get(cq_name, 0) + pending_lq.get(key, 0)
+        reserving = list(holders.values())
+        reserved = QuotaSnapshot.build(queues, reserving, cohorts)
+        admitted = QuotaSnapshot.build(queues, [r for r in reserving if r.admitted], cohorts)
+        for name, cq in sorted(state.cluster_queues.items()):
+            problem = self._cq_problem(state, cq)
+            reason, message = problem or ("Ready", "Can admit new workloads")
+            mine = [r for r in reserving if r.cluster_queue == name]
+            wanted: Obj = {
+                "flavorsReservation": self._flavor_list(reserved, name, borrowed=True),
+                "flavorsUsage": self._flavor_list(admitted, name, borrowed=True),
+                "pendingWorkloads": pending_cq.get(name, 0),
+                "reservingWorkloads": len(mine),
+                "admittedWorkloads": sum(1 for r in mine if r.admitted),
+            }
+            active = self._desired_condition(cq, problem is None, reason, message)
+            await self._update_queue_status(CLUSTER_QUEUES, cq, wanted, active)
+        for key, lq in sorted(state.local_queues.items()):
+            cq_name = str((lq.get("spec") or {}).get("clusterQueue", ""))
+            mine = [r for k, r in holders.items() if self._queue_of(state.workloads[k]) == key]
+            wanted = {
+                "pendingWorkloads": pending_lq.get(key, 0),
+                "reservingWorkloads": len(mine),
+                "admittedWorkloads": sum(1 for r in mine if r.admitted),
+            }
+            if cq_name in reserved.queues:
+                lq_reserved = QuotaSnapshot.build(queues, mine, cohorts)
+                lq_admitted = QuotaSnapshot.build(queues, [r for r in mine if r.admitted], cohorts)
+                wanted["flavorsReservation"] = self._flavor_list(
+                    lq_reserved, cq_name, borrowed=False
+                )
+                wanted["flavorsUsage"] = self._flavor_list(lq_admitted, cq_name, borrowed=False)
+            active = self._desired_condition(lq, *self._lq_status(state, lq))
+            await self._update_queue_status(LOCAL_QUEUES, lq, wanted, active)
+
+    @staticmethod
+    def _workload_key(workload: ReservingWorkload | PendingWorkload) -> Key:
+        namespace, _, name = workload.key.partition("/")
+        return (namespace, name)
+
+    async def _update_queue_status(
+        self, resource: Resource, obj: Obj, wanted: Obj, active: Obj
+    ) -> None:
+        current = obj.get("status") or {}
+        conditions = [c for c in current.get("conditions") or [] if c.get("type") != "Active"]
+        conditions.append(active)
+        changed = any(current.get(k) != v for k, v in wanted.items())
+        changed = changed or self._condition_changed(condition(current, "Active"), active)
+        if not changed:
+            return
+        await self._patch_status(resource, obj, {**wanted, "conditions": conditions})
+
+    # --- the loop -----------------------------------------------------------------------------
+
+    async def reconcile(self) -> float | None:
+        """One pass over the cluster (see the module docstring); seconds until a timer is due."""
+        if not all(self.conn.cache(r).synced.is_set() for r in self.RESOURCES):
+            return None  # the informers' SYNCED notification marks the controller dirty again
+        state = self._read()
+        live = {_uid(wl) for wl in state.workloads.values()}
+        for table in (self._reserved_at, self._admitted_at):
+            for uid in [u for u in table if u not in live]:
+                del table[uid]
+        due: list[float] = []
+        for _, wl in sorted(state.workloads.items()):
+            if self._holds_quota(wl):
+                wait = await self._lifecycle(state, wl)
+                if wait is not None:
+                    due.append(wait)
+        state = self._read()
+        await self._schedule_pending(state)
+        await self._queue_statuses(self._read())
+        return min(due) if due else None
