@@ -1,0 +1,1 @@
+"""The nomination controller: work queue, reconcile, in-flight bookkeeping, nomination writes."""
