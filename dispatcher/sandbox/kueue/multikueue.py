@@ -755,13 +755,19 @@ class WorkloadController(_Loop):
     # --- writing ---------------------------------------------------------------------------
 
     async def _write_status(self, local: Obj, status: Obj) -> bool:
-        """One admission-status write (C42/C45); a refusal is recorded and retried."""
+        """One admission-status write (C42/C45); a 422 refusal is recorded; errors are retried."""
         key = _key(local)
         try:
-            written = await write_admission_status(self.conn.client, local, status, self.config)
+            # Strict (resourceVersion precondition): a decision made on a stale copy fails with
+            # 409 and is recomputed, instead of undoing a newer nomination or core change.
+            written = await write_admission_status(
+                self.conn.client, local, status, self.config, strict=True
+            )
         except KubeError as error:
             if error.status == 404:
                 return False
+            if error.status == 409:
+                raise
             self.status_write_errors.append(
                 StatusWriteError(key[0], key[1], error.status, error.message)
             )
