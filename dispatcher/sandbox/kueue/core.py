@@ -51,6 +51,7 @@ from __future__ import annotations
 import copy
 import datetime
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
@@ -123,6 +124,7 @@ _EVICTED_DEACTIVATED = "Deactivated"
 _EVICTED_CQ_STOPPED = "ClusterQueueStopped"
 _EVICTED_LQ_STOPPED = "LocalQueueStopped"
 _CHECK_EVICTION_MESSAGE = "At least one admission check is false"
+_NUMBERS = re.compile(r"\d[\w.]*")
 
 
 def _rv(obj: Mapping[str, Any]) -> int | None:
@@ -230,6 +232,7 @@ class CoreKueue(Controller):
         self._assumed: dict[Key, Obj] = {}
         self._reserved_at: dict[str, datetime.datetime] = {}
         self._admitted_at: dict[str, datetime.datetime] = {}
+        self._timer_at: datetime.datetime | None = None
         for resource in self.RESOURCES:
             conn.add_resource(resource)
         conn.subscribe(self._on_change)
@@ -638,13 +641,17 @@ class CoreKueue(Controller):
         return None
 
     async def _set_pending(self, wl: Obj, reason: str, message: str) -> None:
-        """``QuotaReserved=False`` with Kueue's reason and message, written only on change."""
+        """``QuotaReserved=False`` with Kueue's reason and message, written only on change.
+
+        A message that differs only in its numbers (how much quota is free) is not rewritten,
+        so that every admission does not rewrite every pending workload of the queue.
+        """
         current = condition(wl.get("status"), "QuotaReserved")
         if (
             current is not None
             and current.get("status") == "False"
             and current.get("reason") == reason
-            and current.get("message") == message
+            and _NUMBERS.sub("#", str(current.get("message"))) == _NUMBERS.sub("#", message)
         ):
             return
         status = self._status(wl)
@@ -952,4 +959,13 @@ class CoreKueue(Controller):
         state = self._read()
         await self._schedule_pending(state)
         await self._queue_statuses(self._read())
-        return min(due) if due else None
+        return self._next_timer(min(due)) if due else None
+
+    def _next_timer(self, seconds: float) -> float | None:
+        """``seconds``, unless an earlier or equal timer is already pending (one at a time)."""
+        now = self.clock.now()
+        deadline = now + datetime.timedelta(seconds=seconds)
+        if self._timer_at is not None and now < self._timer_at <= deadline:
+            return None
+        self._timer_at = deadline
+        return seconds
