@@ -99,10 +99,14 @@ class KueueEnv:
         *,
         deadline: float = DEADLINE,
         seen: list[Obj] | None = None,
+        since: str | None = None,
     ) -> Obj:
         """Wait (list, then watch) until the object satisfies ``predicate``; returns it.
 
-        Every version observed is appended to ``seen`` when given (to check intermediate states).
+        Every version observed is appended to ``seen`` when given. With ``since`` (a
+        resourceVersion, e.g. from the answer to the test's own write, or from
+        :meth:`resource_version` before a create) there is no initial list: the watch replays
+        every change after it, so intermediate states cannot be missed.
         """
         selector = f"metadata.name={name}"
         last: Obj | None = None
@@ -112,17 +116,19 @@ class KueueEnv:
         else:
             lister = self.custom.list_namespaced_custom_object
             args = (KUEUE, V1BETA2, namespace, plural)
+        rv = since
         try:
             with anyio.fail_after(deadline):
                 while True:
-                    listed = await lister(*args, field_selector=selector)
-                    for item in listed["items"]:
-                        last = item
-                        if seen is not None:
-                            seen.append(item)
-                        if predicate(item):
-                            return last
-                    rv = listed["metadata"]["resourceVersion"]
+                    if rv is None:
+                        listed = await lister(*args, field_selector=selector)
+                        for item in listed["items"]:
+                            last = item
+                            if seen is not None:
+                                seen.append(item)
+                            if predicate(item):
+                                return last
+                        rv = listed["metadata"]["resourceVersion"]
                     async with watch.Watch() as w:
                         async for event in w.stream(
                             lister,
@@ -134,12 +140,20 @@ class KueueEnv:
                             if event["type"] not in ("ADDED", "MODIFIED"):
                                 continue
                             last = event["object"]
+                            rv = last["metadata"]["resourceVersion"]
                             if seen is not None:
                                 seen.append(last)
                             if predicate(last):
                                 return last
         except TimeoutError:
             pytest.fail(f"{plural}/{name}: condition not reached; last seen: {last}")
+
+    async def resource_version(self, plural: str = "workloads", namespace: str = "default") -> str:
+        """The current resourceVersion of a collection (to watch from before a create)."""
+        listed = await self.custom.list_namespaced_custom_object(
+            KUEUE, V1BETA2, namespace, plural, limit=1
+        )
+        return str(listed["metadata"]["resourceVersion"])
 
     async def wait_workload(
         self, name: str, predicate: Callable[[Obj], bool], namespace: str = "default", **kw: Any

@@ -35,6 +35,10 @@ from dispatcher.sandbox.kueue.runtime import KueueConfig
 Obj = dict[str, Any]
 
 
+def rv_of(obj: Obj) -> str:
+    return str(obj["metadata"]["resourceVersion"])
+
+
 def status_of(obj: Obj) -> Obj:
     found: Obj = obj.get("status") or {}
     return found
@@ -78,9 +82,10 @@ async def basic_queue(env: KueueEnv, cpu: int = 4, **cq_args: Any) -> None:
 async def test_c72_reserve_then_admit_as_separate_writes(kueue_env: KueueEnv) -> None:
     env = kueue_env
     await basic_queue(env)
+    since = await env.resource_version()
     await create(env.api, workload("w1", cpu="1"))
     seen: list[Obj] = []
-    admitted = await env.wait_workload("w1", has("Admitted"), seen=seen)
+    admitted = await env.wait_workload("w1", has("Admitted"), seen=seen, since=since)
     reserved_only = [
         o for o in seen if has("QuotaReserved")(o) and get_condition(o, "Admitted") is None
     ]
@@ -425,9 +430,11 @@ async def test_c13_external_eviction_releases_and_requeues(kueue_env: KueueEnv) 
     }
     current = await env.workload("w1")
     conditions = [*status_of(current)["conditions"], evicted]  # a merge patch replaces lists
-    await env.merge_status("workloads", "w1", {"conditions": conditions}, "default")
+    done = await env.merge_status("workloads", "w1", {"conditions": conditions}, "default")
     seen: list[Obj] = []
-    back = await env.wait_workload("w1", has("Evicted", "False", "QuotaReserved"), seen=seen)
+    back = await env.wait_workload(
+        "w1", has("Evicted", "False", "QuotaReserved"), seen=seen, since=rv_of(done)
+    )
     released = [o for o in seen if has("QuotaReserved", "False", "Pending")(o)]
     assert released, "quota must be released before the workload is admitted again"
     assert "admission" not in status_of(released[0])
@@ -541,10 +548,13 @@ async def test_c37_retry_evicts_and_resets_both_fields(manager_kueue_env: KueueE
 
     await env.apply_admission_status("w1", nominate)
     # 1. Retry while nominated: evicted, nomination cleared, retryCount 1, requeued, re-reserved.
-    await env.apply_admission_status("w1", set_check("Retry", "Workload evicted on worker"))
+    retry = await env.apply_admission_status("w1", set_check("Retry", "Workload evicted on worker"))
     seen: list[Obj] = []
     await env.wait_workload(
-        "w1", lambda o: has("QuotaReserved")(o) and has("Evicted", "False")(o), seen=seen
+        "w1",
+        lambda o: has("QuotaReserved")(o) and has("Evicted", "False")(o),
+        seen=seen,
+        since=rv_of(retry),
     )
     evicted = next(o for o in seen if has("Evicted", "True", "AdmissionCheck")(o))
     assert (get_condition(evicted, "Evicted") or {})["message"] == (
@@ -563,12 +573,13 @@ async def test_c37_retry_evicts_and_resets_both_fields(manager_kueue_env: KueueE
 
     await env.apply_admission_status("w1", admitted_on_worker1)
     await env.wait_workload("w1", has("Admitted"))
-    await env.apply_admission_status("w1", set_check("Retry", "Workload evicted on worker"))
+    retry = await env.apply_admission_status("w1", set_check("Retry", "Workload evicted on worker"))
     seen = []
     final = await env.wait_workload(
         "w1",
         lambda o: has("QuotaReserved")(o) and check_of(o).get("retryCount") == 2,
         seen=seen,
+        since=rv_of(retry),
     )
     evicted = next(o for o in seen if has("Evicted", "True", "AdmissionCheck")(o))
     assert "clusterName" not in status_of(evicted)
@@ -606,9 +617,9 @@ async def test_c45_merge_patch_gate_clears_a_nomination_owned_by_another_manager
             force=True,
             _content_type="application/apply-patch+yaml",
         )
-        await env.apply_admission_status("w1", set_check("Retry"))
+        retry = await env.apply_admission_status("w1", set_check("Retry"))
         seen: list[Obj] = []
-        await env.wait_workload("w1", has("Evicted", "False"), seen=seen)
+        await env.wait_workload("w1", has("Evicted", "False"), seen=seen, since=rv_of(retry))
         evicted = next(o for o in seen if has("Evicted", "True")(o))
         assert "nominatedClusterNames" not in status_of(evicted)
 
@@ -618,12 +629,13 @@ async def test_c39_rejected_deactivates(manager_kueue_env: KueueEnv) -> None:
     await manager_queue(env)
     await create(env.api, workload("w1", cpu="1"))
     await env.wait_workload("w1", has("QuotaReserved"))
-    await env.apply_admission_status("w1", set_check("Rejected", "no worker can run it"))
+    rejected = await env.apply_admission_status("w1", set_check("Rejected", "no worker can run it"))
     seen: list[Obj] = []
     final = await env.wait_workload(
         "w1",
         lambda o: o["spec"].get("active") is False and has("QuotaReserved", "False")(o),
         seen=seen,
+        since=rv_of(rejected),
     )
     assert any(has("DeactivationTarget", "True", "AdmissionCheck")(o) for o in seen)
     evicted = get_condition(final, "Evicted")
