@@ -28,6 +28,8 @@ from dispatcher.sandbox.fakeapi.admission import kueue_clear_nominated_cluster_n
 from dispatcher.sandbox.fakeapi.kubeconfig import dump
 from dispatcher.sandbox.fakeapi.registry import Resource, resource_from_crd
 from dispatcher.sandbox.fakeapi.server import FakeCluster, load_crd_documents
+from dispatcher.sandbox.kueue.core import CoreKueue
+from dispatcher.sandbox.kueue.jobs import JobAdapter
 from dispatcher.sandbox.kueue.multikueue import MultiKueueManager, SyncRemoteJob
 from dispatcher.sandbox.kueue.runtime import (
     ClusterConnection,
@@ -178,40 +180,86 @@ class Env:
     clock: ManualClock
     sync_remote_job: SyncRemoteJob | None = None
     reconnect_base_seconds: float = 0.02
+    with_core: bool = False
+    with_jobs: bool = False
     mk: MultiKueueManager | None = None
     conn: ClusterConnection | None = None
+    manager_core: CoreKueue | None = None
+    manager_jobs: JobAdapter | None = None
+    worker_cores: dict[str, CoreKueue] = field(default_factory=dict)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    _worker_tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    _worker_conns: list[ClusterConnection] = field(default_factory=list)
+    _controllers: list[Any] = field(default_factory=list)
 
     # --- controllers -----------------------------------------------------------------------
 
     async def start_controllers(self) -> MultiKueueManager:
-        """Start the MultiKueue controllers on a new manager connection."""
+        """Start the manager's Kueue (MultiKueue, and the core and Job adapter if asked)."""
         conn = ClusterConnection("manager", self.manager.kubeconfig, [])
+        core = CoreKueue(conn, self.config, self.clock, role="manager") if self.with_core else None
+        jobs = JobAdapter(conn, self.config, self.clock, role="manager") if self.with_jobs else None
         mk = MultiKueueManager(
             conn,
             self.config,
             self.clock,
-            sync_remote_job=self.sync_remote_job,
+            sync_remote_job=self.sync_remote_job or (jobs.sync_remote_job if jobs else None),
+            remove_remote_job=jobs.remove_remote_job if jobs else None,
             reconnect_base_seconds=self.reconnect_base_seconds,
         )
         loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(conn.run()), loop.create_task(mk.run())]
-        self.conn, self.mk = conn, mk
+        runners = [conn.run, mk.run] + [c.run for c in (core, jobs) if c is not None]
+        self._tasks = [loop.create_task(run()) for run in runners]
+        self._controllers = [c for c in (core, jobs) if c is not None]
+        self.conn, self.mk, self.manager_core, self.manager_jobs = conn, mk, core, jobs
         with anyio.fail_after(DEADLINE):
             await conn.wait_synced()
         return mk
 
-    async def stop_controllers(self) -> None:
-        """Stop the controllers (a manager Kueue restart, S12)."""
-        for task in self._tasks:
+    async def start_workers(self) -> None:
+        """Run Kueue's core (and the Job adapter if asked) on every worker (C72)."""
+        loop = asyncio.get_running_loop()
+        for name, fake in self.workers.items():
+            conn = ClusterConnection(name, fake.kubeconfig, CoreKueue.RESOURCES)
+            core = CoreKueue(conn, self.config, self.clock, role="worker")
+            self.worker_cores[name] = core
+            runners = [conn.run, core.run]
+            self._controllers.append(core)
+            if self.with_jobs:
+                jobs = JobAdapter(conn, self.config, self.clock, role="worker")
+                runners.append(jobs.run)
+                self._controllers.append(jobs)
+            self._worker_conns.append(conn)
+            self._worker_tasks += [loop.create_task(run()) for run in runners]
+
+    @staticmethod
+    async def _cancel(tasks: list[asyncio.Task[None]]) -> None:
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+    async def stop_controllers(self) -> None:
+        """Stop the manager's Kueue (a manager restart, S12)."""
+        await self._cancel(self._tasks)
         self._tasks = []
+        for controller in (self.manager_core, self.manager_jobs):
+            if controller is not None:
+                controller.cancel_timers()
         if self.conn is not None:
             await self.conn.close()
-        self.conn = self.mk = None
+        self.conn = self.mk = self.manager_core = self.manager_jobs = None
+
+    async def stop_workers(self) -> None:
+        """Stop the workers' Kueue."""
+        await self._cancel(self._worker_tasks)
+        self._worker_tasks = []
+        for controller in self._controllers:
+            controller.cancel_timers()
+        for conn in self._worker_conns:
+            await conn.close()
+        self._worker_conns = []
 
     @property
     def controllers(self) -> MultiKueueManager:
@@ -413,7 +461,12 @@ class Env:
         await eventually(probe, what=f"copies of {name} on exactly {sorted(wanted)}")
 
     async def wait_workload(
-        self, name: str, predicate: Callable[[Obj], bool], cluster: str | None = None
+        self,
+        name: str,
+        predicate: Callable[[Obj], bool],
+        cluster: str | None = None,
+        *,
+        deadline: float = DEADLINE,
     ) -> Obj:
         """Wait until the Workload satisfies ``predicate``; return it."""
         seen: list[Obj] = []
@@ -425,7 +478,9 @@ class Env:
                 return True
             return False
 
-        await eventually(probe, what=f"{name} on {cluster or 'manager'} to match")
+        await eventually(
+            probe, deadline=deadline, what=f"{name} on {cluster or 'manager'} to match"
+        )
         return seen[-1]
 
     @property
@@ -542,15 +597,14 @@ def _kueue(kind: str, name: str, spec: Obj, namespace: str | None = None) -> Obj
     return {"apiVersion": f"{KUEUE}/{V1BETA2}", "kind": kind, "metadata": meta, "spec": spec}
 
 
-def _queues(checks: Sequence[str]) -> list[tuple[str, Obj]]:
+def _queues(checks: Sequence[str], cpu: str = "100") -> list[tuple[str, Obj]]:
     cq_spec: Obj = {
         "namespaceSelector": {},
+        "preemption": {"withinClusterQueue": "LowerPriority"},
         "resourceGroups": [
             {
                 "coveredResources": ["cpu"],
-                "flavors": [
-                    {"name": FLAVOR, "resources": [{"name": "cpu", "nominalQuota": "100"}]}
-                ],
+                "flavors": [{"name": FLAVOR, "resources": [{"name": "cpu", "nominalQuota": cpu}]}],
             }
         ],
     }
@@ -576,10 +630,16 @@ async def start_env(
     wait_active: bool = True,
     extra_checks: Sequence[str] = (),
     sync_remote_job: SyncRemoteJob | None = None,
+    core: bool = False,
+    jobs: bool = False,
+    worker_cpu: dict[str, str] | None = None,
     **settings: Any,
 ) -> AsyncIterator[Env]:
     """Start a manager and workers, create the MultiKueue setup through the API, run MultiKueue.
 
+    ``core``: run the emulated Kueue core on the manager and on every worker instead of faking
+    reservation and admission; ``jobs``: also the batch/Job adapter (its MultiKueue hooks wired
+    in). ``worker_cpu``: the cpu quota of each worker's ClusterQueue (default 100).
     ``settings`` go to :class:`KueueConfig` (e.g. ``incremental_step_size``).
     """
     manager = new_cluster("manager")
@@ -613,6 +673,8 @@ async def start_env(
             kueue_config,
             ManualClock(T0),
             sync_remote_job=sync_remote_job,
+            with_core=core,
+            with_jobs=jobs,
         )
         await _create(api, [("namespaces", {"metadata": {"name": KUEUE_NS}})])
         for name, fake in fakes.items():
@@ -645,8 +707,10 @@ async def start_env(
             ],
         ]
         await _create(api, [*setup, *_queues([CHECK, *extra_checks])])
-        for worker_api in worker_apis.values():
-            await _create(worker_api, _queues([]))
+        for name, worker_api in worker_apis.items():
+            await _create(worker_api, _queues([], (worker_cpu or {}).get(name, "100")))
+        if core:
+            await env.start_workers()
         if start:
             await env.start_controllers()
             if wait_active:
@@ -655,6 +719,7 @@ async def start_env(
     finally:
         if env is not None:
             await env.stop_controllers()
+            await env.stop_workers()
         for api_client in apis:
             await api_client.close()
         for fake in reversed(started):

@@ -1,0 +1,145 @@
+"""End to end with the emulated Kueue core on the manager and on every worker (C72, S5, S6, S11).
+
+Nothing is faked here: the manager's core reserves quota and sets the MultiKueue check
+``Pending``, the workers' cores admit (and preempt, and run, and finish) the copies, the manager's
+core evicts on ``Retry`` and requeues (C37, C38). The test only plays the external dispatcher, or
+lets Kueue's built-in dispatchers run (C56, C59).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mk_harness import CHECK, DISPATCHER, NS, Env, check_state, get_cond, start_env
+
+from dispatcher.sandbox.kueue.core import RUN_SECONDS_ANNOTATION
+from dispatcher.sandbox.kueue.multikueue import ADMITTED_TOTAL, DISPATCHED_TOTAL
+from dispatcher.sandbox.kueue.runtime import ALL_AT_ONCE, INCREMENTAL
+
+
+def _true(kind: str) -> Any:
+    return lambda o: (get_cond(o, kind) or {}).get("status") == "True"
+
+
+def _check(state: str) -> Any:
+    return lambda o: (check_state(o) or {}).get("state") == state
+
+
+def _on(cluster: str) -> Any:
+    return lambda o: (o.get("status") or {}).get("clusterName") == cluster
+
+
+async def _submit(env: Env, name: str, *, cpu: str = "1", run_seconds: float | None = None) -> None:
+    body_annotations = {RUN_SECONDS_ANNOTATION: str(run_seconds)} if run_seconds else None
+    await env.create_workload(name, cpu=cpu)
+    if body_annotations:
+        await env.objects().patch_namespaced_custom_object(
+            "kueue.x-k8s.io",
+            "v1beta2",
+            NS,
+            "workloads",
+            name,
+            {"metadata": {"annotations": body_annotations}},
+            _content_type="application/merge-patch+json",
+        )
+
+
+async def test_s5_e2e_external_dispatch_admit_run_finish() -> None:
+    async with start_env(core=True, policy_hook=True) as env:
+        await _submit(env, "wl", run_seconds=30)
+        await env.wait_workload("wl", _check("Pending"))  # the manager core reserved quota
+        assert await env.copies("wl") == set()  # S1: nothing until nominated
+        await env.nominate("wl", ["worker2"], field_manager=DISPATCHER)
+        local = await env.wait_workload("wl", _true("Admitted"))  # the manager core, C72
+        assert local["status"]["clusterName"] == "worker2"
+        assert not local["status"].get("nominatedClusterNames")
+        assert (check_state(local) or {})["message"] == 'The workload was admitted on "worker2"'
+        remote = await env.get("wl", "worker2")
+        assert _true("Admitted")(remote)
+        env.clock.advance(30)  # the copy "runs" on worker2, then finishes (C25)
+        local = await env.wait_workload("wl", _true("Finished"))
+        assert (get_cond(local, "Finished") or {})["reason"] == "Succeeded"
+        assert local["status"]["clusterName"] == "worker2"  # C40
+        await env.wait_copies("wl", [])  # S11
+        assert env.controllers.counters.get(ADMITTED_TOTAL) == 1
+        assert env.controllers.counters.get(DISPATCHED_TOTAL) == 1
+
+
+async def test_s6_e2e_worker_preemption_reopens_dispatch() -> None:
+    """A higher-priority local workload preempts the copy on worker1 (C26, C37, C38)."""
+    async with start_env(core=True, policy_hook=True, worker_cpu={"worker1": "1"}) as env:
+        await _submit(env, "wl")
+        await env.wait_workload("wl", _check("Pending"))
+        await env.nominate("wl", ["worker1"])
+        await env.wait_workload("wl", _true("Admitted"))
+        assert (await env.get("wl"))["status"]["clusterName"] == "worker1"  # type: ignore[index]
+        urgent = {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "Workload",
+            "metadata": {"name": "urgent", "namespace": NS},
+            "spec": {
+                "queueName": "lq",
+                "priority": 1000,
+                "podSets": (await env.get("wl"))["spec"]["podSets"],  # type: ignore[index]
+            },
+        }
+        await env.objects("worker1").create_namespaced_custom_object(
+            "kueue.x-k8s.io", "v1beta2", NS, "workloads", urgent
+        )
+        # worker1 evicts the copy; MultiKueue sets Retry; the manager core evicts, resets both
+        # fields and the checks, requeues and reserves again (C37, C38).
+        evicted = await env.wait_workload("wl", _true("Evicted"))
+        assert not evicted["status"].get("clusterName")
+        local = await env.wait_workload(
+            "wl", lambda o: _check("Pending")(o) and _true("QuotaReserved")(o)
+        )
+        assert not local["status"].get("clusterName")
+        await env.wait_copies("wl", [])
+        await env.nominate("wl", ["worker2"])
+        await env.wait_workload("wl", lambda o: _on("worker2")(o) and _true("Admitted")(o))
+
+
+async def test_c56_e2e_all_at_once_three_copies_each_first_admission_wins() -> None:
+    workers = ("worker1", "worker2", "worker3")
+    async with start_env(workers=workers, core=True, dispatcher_name=ALL_AT_ONCE) as env:
+        names = [f"wl-{i}" for i in range(3)]
+        for name in names:
+            await _submit(env, name)
+        for name in names:
+            local = await env.wait_workload(name, _true("Admitted"))
+            winner = local["status"]["clusterName"]
+            assert winner in workers
+            assert not local["status"].get("nominatedClusterNames")
+            await env.wait_copies(name, [winner])
+        counters = env.controllers.counters
+        assert counters.get(DISPATCHED_TOTAL) == 9  # every workload made 3 copies
+        assert counters.get(ADMITTED_TOTAL) == 3
+
+
+async def test_c59_e2e_incremental_moves_on_when_the_first_cluster_cannot_admit() -> None:
+    async with start_env(
+        core=True,
+        dispatcher_name=INCREMENTAL,
+        incremental_step_size=1,
+        incremental_round_seconds=300.0,
+        worker_cpu={"worker1": "0"},  # worker1 can never admit it
+    ) as env:
+        await _submit(env, "wl")
+        await env.wait_workload(
+            "wl", lambda o: (o.get("status") or {}).get("nominatedClusterNames") == ["worker1"]
+        )
+        await env.wait_copies("wl", ["worker1"])
+        copy_ = await env.wait_workload(
+            "wl", lambda o: (get_cond(o, "QuotaReserved") or {}).get("status") == "False", "worker1"
+        )
+        assert not _true("Admitted")(copy_)
+        for _ in range(3):  # the next round (re-armed if the clock moved before the timer)
+            env.clock.advance(300.0)
+            try:
+                await env.wait_workload("wl", _on("worker2"), deadline=1.0)
+                break
+            except AssertionError:
+                continue
+        local = await env.wait_workload("wl", lambda o: _on("worker2")(o) and _true("Admitted")(o))
+        await env.wait_copies("wl", ["worker2"])
+        assert (check_state(local, CHECK) or {})["state"] == "Ready"
