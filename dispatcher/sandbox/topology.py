@@ -116,6 +116,15 @@ class WorkloadFileError(ValueError):
     """A workload file line that does not validate (``FILE:LINE: field: message``)."""
 
 
+class _FieldError(ValueError):
+    """A cross-field check that fails: ``field`` (relative to the model checked) is the culprit."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
 # --- field types -------------------------------------------------------------------------------
 
 
@@ -157,11 +166,12 @@ class _Model(BaseModel):
     )
 
 
-def _unique(names: Iterable[str], what: str) -> None:
+def _unique(names: Iterable[str], what: str, field: str) -> None:
+    """Raise for the second occurrence of a name; ``field`` is the list (``.N`` is appended)."""
     seen: set[str] = set()
-    for name in names:
+    for index, name in enumerate(names):
         if name in seen:
-            raise ValueError(f"{what} {name!r} appears twice")
+            raise _FieldError(f"{field}.{index}", f"{what} {name!r} appears twice")
         seen.add(name)
 
 
@@ -228,12 +238,13 @@ class ResourceGroup(_Model):
 
     @model_validator(mode="after")
     def _resources_match(self) -> ResourceGroup:
-        for flavor in self.flavors:
+        for index, flavor in enumerate(self.flavors):
             names = [r.name for r in flavor.resources]
             if names != self.covered_resources:
-                raise ValueError(
+                raise _FieldError(
+                    f"flavors.{index}.resources",
                     f"flavor {flavor.name!r} lists resources {names}, but every flavor must list "
-                    f"exactly coveredResources {self.covered_resources}, in that order"
+                    f"exactly coveredResources {self.covered_resources}, in that order",
                 )
         return self
 
@@ -266,13 +277,14 @@ class ClusterQueue(_Model):
     @model_validator(mode="after")
     def _borrowing_needs_cohort(self) -> ClusterQueue:
         if self.cohort_name is None:
-            for group in self.resource_groups:
-                for flavor in group.flavors:
-                    for resource in flavor.resources:
+            for g, group in enumerate(self.resource_groups):
+                for f, flavor in enumerate(group.flavors):
+                    for r, resource in enumerate(flavor.resources):
                         if resource.borrowing_limit is not None:
-                            raise ValueError(
+                            raise _FieldError(
+                                f"resourceGroups.{g}.flavors.{f}.resources.{r}.borrowingLimit",
                                 f"borrowingLimit of {flavor.name}/{resource.name} needs a "
-                                "cohortName (borrowingLimit must be nil when cohort is empty)"
+                                "cohortName (borrowingLimit must be nil when cohort is empty)",
                             )
         return self
 
@@ -285,17 +297,19 @@ class _Cluster(_Model):
     nodes: list[Node] = Field(default_factory=list)
     resource_flavors: list[ResourceFlavor] = Field(default_factory=list)
 
-    def _check_flavors(self, queues: Sequence[ClusterQueue]) -> None:
-        _unique((n.name for n in self.nodes), "node")
-        _unique((f.name for f in self.resource_flavors), "resourceFlavor")
+    def _check_flavors(self, queues: Sequence[tuple[str, ClusterQueue]]) -> None:
+        _unique((n.name for n in self.nodes), "node", "nodes")
+        _unique((f.name for f in self.resource_flavors), "resourceFlavor", "resourceFlavors")
         known = {f.name for f in self.resource_flavors}
-        for queue in queues:
-            for flavor in queue.flavor_names():
-                if flavor not in known:
-                    raise ValueError(
-                        f"clusterQueue {queue.name!r} names flavor {flavor!r}, which is not in "
-                        f"resourceFlavors {sorted(known)}"
-                    )
+        for where, queue in queues:
+            for g, group in enumerate(queue.resource_groups):
+                for f, flavor in enumerate(group.flavors):
+                    if flavor.name not in known:
+                        raise _FieldError(
+                            f"{where}.resourceGroups.{g}.flavors.{f}.name",
+                            f"clusterQueue {queue.name!r} names flavor {flavor.name!r}, which is "
+                            f"not in resourceFlavors {sorted(known)}",
+                        )
 
 
 class Worker(_Cluster):
@@ -307,8 +321,8 @@ class Worker(_Cluster):
 
     @model_validator(mode="after")
     def _consistent(self) -> Worker:
-        _unique((q.name for q in self.cluster_queues), "clusterQueue")
-        self._check_flavors(self.cluster_queues)
+        _unique((q.name for q in self.cluster_queues), "clusterQueue", "clusterQueues")
+        self._check_flavors([(f"clusterQueues.{i}", q) for i, q in enumerate(self.cluster_queues)])
         return self
 
     @property
@@ -335,7 +349,7 @@ class Manager(_Cluster):
 
     @model_validator(mode="after")
     def _consistent(self) -> Manager:
-        self._check_flavors([self.cluster_queue])
+        self._check_flavors([("clusterQueue", self.cluster_queue)])
         return self
 
 
@@ -366,31 +380,37 @@ class Topology(_Model):
 
     @model_validator(mode="after")
     def _consistent(self) -> Topology:
-        _unique(self.namespaces, "namespace")
-        _unique((p.name for p in self.priority_classes), "priorityClass")
+        _unique(self.namespaces, "namespace", "namespaces")
+        _unique((p.name for p in self.priority_classes), "priorityClass", "priorityClasses")
         _unique(
-            (f"{q.namespace}/{q.name}" for q in self.local_queues), "localQueue (namespace/name)"
+            (f"{q.namespace}/{q.name}" for q in self.local_queues),
+            "localQueue (namespace/name)",
+            "localQueues",
         )
-        _unique([self.manager.name, *(w.name for w in self.workers)], "cluster name")
-        for queue in self.local_queues:
+        for index, worker in enumerate(self.workers):
+            if worker.name == self.manager.name:
+                raise _FieldError(f"workers.{index}.name", "the manager already has this name")
+        _unique((w.name for w in self.workers), "worker", "workers")
+        for index, queue in enumerate(self.local_queues):
             if queue.namespace not in self.namespaces:
-                raise ValueError(
-                    f"localQueue {queue.name!r} is in namespace {queue.namespace!r}, which is not "
-                    f"in namespaces {self.namespaces}"
+                raise _FieldError(
+                    f"localQueues.{index}.namespace",
+                    f"{queue.namespace!r} is not in namespaces {self.namespaces}",
                 )
             for worker in self.workers:
                 if queue.cluster_queue not in {q.name for q in worker.cluster_queues}:
-                    raise ValueError(
-                        f"localQueue {queue.namespace}/{queue.name} points at clusterQueue "
-                        f"{queue.cluster_queue!r}, which worker {worker.name!r} does not have "
-                        "(LocalQueues are repeated on every worker, C68)"
+                    raise _FieldError(
+                        f"localQueues.{index}.clusterQueue",
+                        f"worker {worker.name!r} has no clusterQueue {queue.cluster_queue!r} "
+                        "(LocalQueues are repeated on every worker, C68)",
                     )
         order = self.manager.multi_kueue.clusters
         if order is not None:
-            _unique(order, "multiKueue cluster")
+            _unique(order, "cluster", "manager.multiKueue.clusters")
             if sorted(order) != sorted(w.name for w in self.workers):
-                raise ValueError(
-                    f"manager.multiKueue.clusters {order} must list every worker exactly once"
+                raise _FieldError(
+                    "manager.multiKueue.clusters",
+                    f"{order} must list every worker exactly once",
                 )
         return self
 
@@ -417,11 +437,17 @@ class Topology(_Model):
 def _describe_errors(error: ValidationError, source: str) -> str:
     lines = []
     for item in error.errors():
-        where = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        loc = [str(part) for part in item["loc"]]
         message = item["msg"]
-        if item["type"] == "extra_forbidden":
+        cause = (item.get("ctx") or {}).get("error")
+        if isinstance(cause, _FieldError):
+            loc += cause.field.split(".")
+            message = cause.message
+        elif item["type"] == "extra_forbidden":
             message = "unknown field"
-        lines.append(f"{source}: {where}: {message}")
+        elif item["type"] == "value_error":
+            message = message.removeprefix("Value error, ")
+        lines.append(f"{source}: {'.'.join(loc) or '(top level)'}: {message}")
     return "\n".join(lines)
 
 
@@ -773,11 +799,11 @@ class WorkloadLine(_Model):
     @model_validator(mode="after")
     def _shape(self) -> WorkloadLine:
         if self.pod_sets is not None and (self.count is not None or self.requests is not None):
-            raise ValueError("give either podSets or count/requests, not both")
+            raise _FieldError("podSets", "give either podSets or count/requests, not both")
         if self.kind == "Job" and self.pod_sets is not None and len(self.pod_sets) != 1:
-            raise ValueError("a Job has exactly one pod set")
+            raise _FieldError("podSets", "a Job has exactly one pod set")
         if self.pod_sets is not None:
-            _unique((p.name for p in self.pod_sets), "pod set")
+            _unique((p.name for p in self.pod_sets), "pod set", "podSets")
         return self
 
     @field_validator("preferred_gpu_types")
