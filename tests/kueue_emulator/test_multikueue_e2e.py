@@ -8,11 +8,14 @@ lets Kueue's built-in dispatchers run (C56, C59).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from mk_harness import CHECK, DISPATCHER, NS, Env, check_state, get_cond, start_env
+from kubernetes_asyncio import client
+from mk_harness import CHECK, DISPATCHER, NS, Env, check_state, eventually, get_cond, start_env
 
 from dispatcher.sandbox.kueue.core import RUN_SECONDS_ANNOTATION
+from dispatcher.sandbox.kueue.jobs import workload_name_for_job
 from dispatcher.sandbox.kueue.multikueue import ADMITTED_TOTAL, DISPATCHED_TOTAL
 from dispatcher.sandbox.kueue.runtime import ALL_AT_ONCE, INCREMENTAL
 
@@ -143,3 +146,93 @@ async def test_c59_e2e_incremental_moves_on_when_the_first_cluster_cannot_admit(
         local = await env.wait_workload("wl", lambda o: _on("worker2")(o) and _true("Admitted")(o))
         await env.wait_copies("wl", ["worker2"])
         assert (check_state(local, CHECK) or {})["state"] == "Ready"
+
+
+def _job(name: str, run_seconds: float) -> dict[str, Any]:
+    """A suspended Job for a MultiKueue manager (C87: ``spec.managedBy``)."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": NS,
+            "labels": {"kueue.x-k8s.io/queue-name": "lq"},
+            "annotations": {RUN_SECONDS_ANNOTATION: str(run_seconds)},
+        },
+        "spec": {
+            "parallelism": 1,
+            "suspend": True,
+            "managedBy": "kueue.x-k8s.io/multikueue",
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "busybox",
+                            "resources": {"requests": {"cpu": "1"}},
+                        }
+                    ],
+                }
+            },
+        },
+    }
+
+
+async def _read_job(env: Env, name: str, cluster: str | None = None) -> dict[str, Any] | None:
+    api = env.api if cluster is None else env.worker_apis[cluster]
+    try:
+        response = await client.BatchV1Api(api).read_namespaced_job(
+            name, NS, _preload_content=False
+        )
+    except client.ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+    if response.status == 404:  # not raised without preloading
+        return None
+    found: dict[str, Any] = json.loads(await response.read())
+    return found
+
+
+async def test_c33_e2e_job_runs_only_on_the_winning_worker() -> None:
+    """AllAtOnce copies the Workload everywhere, but the Job only goes to the winner (C33)."""
+    async with start_env(
+        core=True, jobs=True, dispatcher_name=ALL_AT_ONCE, worker_cpu={"worker1": "0"}
+    ) as env:
+        created = await client.BatchV1Api(env.api).create_namespaced_job(
+            NS, _job("train", 30), _preload_content=False
+        )
+        uid = json.loads(await created.read())["metadata"]["uid"]
+        name = workload_name_for_job("train", uid)
+        await env.wait_copies(name, ["worker1", "worker2"])  # AllAtOnce: a copy everywhere
+        local = await env.wait_workload(name, lambda o: _on("worker2")(o) and _true("Admitted")(o))
+        assert local["metadata"]["ownerReferences"][0]["kind"] == "Job"
+
+        async def remote_job() -> bool:
+            return await _read_job(env, "train", "worker2") is not None
+
+        await eventually(remote_job, what="the Job on the winning worker")
+        env.clock.advance(30)  # the worker's Job "runs", then its Workload finishes (C25)
+        await env.wait_workload(name, _true("Finished"))
+
+        async def mirrored() -> bool:
+            job = await _read_job(env, "train")
+            conditions = ((job or {}).get("status") or {}).get("conditions") or []
+            return any(
+                c.get("type") == "Complete" and c.get("status") == "True" for c in conditions
+            )
+
+        await eventually(mirrored, what="the worker Job's status mirrored on the manager Job")
+        await env.wait_copies(name, [])  # C40: remote objects are deleted ...
+
+        async def remote_job_gone() -> bool:
+            return await _read_job(env, "train", "worker2") is None
+
+        await eventually(remote_job_gone, what="the worker Job to be deleted")
+        job_posts = [
+            e
+            for e in env.workers["worker1"].journal.entries()
+            if e.method == "POST" and "/jobs" in e.path
+        ]
+        assert job_posts == []  # ... and no Job ever reached the losing worker

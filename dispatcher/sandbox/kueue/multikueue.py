@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+import aiohttp
 import yaml
 
 from dispatcher.sandbox.kubeclient import (
@@ -98,6 +99,9 @@ RECONNECT_BASE_SECONDS = 5.0
 RECONNECT_MAX_STEPS = 7
 
 ERR_NO_REMOTE_CLIENT = "no remote client for nominated cluster"  # C32
+
+# Errors of one API call that a later pass retries (a worker may vanish mid-request).
+TRANSIENT = (KubeError, OSError, TimeoutError, aiohttp.ClientError)
 
 SyncRemoteJob = Callable[[KubeClient, Obj, str], Awaitable[None]]
 """``sync_remote_job(worker_client, local_workload, cluster_name)`` (C28 step 2, C33)."""
@@ -397,6 +401,14 @@ class ClusterController(_Loop):
 
     async def reconcile(self) -> float | None:
         """Bring connections and ``Active`` conditions in line with the MultiKueueClusters."""
+        try:
+            return await self._reconcile()
+        except TRANSIENT as error:
+            log.info("%s: %s", self.name, error)
+            self.retry_soon(0.1)
+            return None
+
+    async def _reconcile(self) -> float | None:
         if not (
             self.conn.cache(MULTIKUEUE_CLUSTERS).synced.is_set()
             and self.conn.cache(SECRETS).synced.is_set()
@@ -515,6 +527,14 @@ class AdmissionCheckController(_Loop):
 
     async def reconcile(self) -> float | None:
         """Write every MultiKueue check's ``Active`` condition when it changed."""
+        try:
+            return await self._reconcile()
+        except TRANSIENT as error:
+            log.info("%s: %s", self.name, error)
+            self.retry_soon(0.1)
+            return None
+
+    async def _reconcile(self) -> float | None:
         for ac in self.conn.cache(ADMISSION_CHECKS).items():
             if (ac.get("spec") or {}).get("controllerName") != MULTIKUEUE_CONTROLLER:
                 continue
@@ -861,7 +881,7 @@ class WorkloadController(_Loop):
             try:
                 requeue = await self.reconcile_key(key)
                 self._failures.pop(key, None)
-            except (KubeError, OSError, TimeoutError) as error:
+            except TRANSIENT as error:
                 failures = self._failures.get(key, 0) + 1
                 self._failures[key] = failures
                 log.info("%s: %s/%s: %s", self.name, key[0], key[1], error)
@@ -1181,7 +1201,7 @@ class WorkloadController(_Loop):
                         continue
                     await self._remove_remote(remote, copy_)
                     removed += 1
-            except (KubeError, OSError, TimeoutError) as error:
+            except TRANSIENT as error:
                 log.info("%s: GC on %s: %s", self.name, remote.name, error)
         return removed
 
