@@ -236,3 +236,19 @@ async def test_c33_e2e_job_runs_only_on_the_winning_worker() -> None:
             if e.method == "POST" and "/jobs" in e.path
         ]
         assert job_posts == []  # ... and no Job ever reached the losing worker
+
+
+async def test_c39_e2e_rejected_check_resets_and_deletes_copies() -> None:
+    """C53 step 5: the MultiKueue check set to Rejected resets clusterName and the nomination."""
+    async with start_env(core=True, policy_hook=True) as env:
+        await _submit(env, "wl")
+        await env.wait_workload("wl", _check("Pending"))
+        await env.nominate("wl", ["worker1"])
+        await env.wait_workload("wl", _true("Admitted"))
+        await env.set_checks("wl", [(CHECK, "Rejected")])
+        local = await env.wait_workload("wl", lambda o: _true("Evicted")(o))
+        assert (get_cond(local, "Evicted") or {})["reason"] == "Deactivated"
+        assert local["spec"]["active"] is False
+        assert not local["status"].get("clusterName")
+        assert not local["status"].get("nominatedClusterNames")
+        await env.wait_copies("wl", [])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mk_harness import NS, check_state, eventually, start_env, workload_body
+from mk_harness import NS, Env, check_state, cond, eventually, get_cond, start_env, workload_body
 
 from dispatcher.sandbox.kueue.multikueue import ORIGIN_LABEL
 
@@ -102,3 +102,46 @@ async def test_c41_gc_removes_copies_left_on_an_unreachable_worker() -> None:
             return await env.get("wl", "worker2") is None
 
         await eventually(collected, what="the GC to remove the leftover copy")
+
+
+async def _admitted_on_worker1(env: Env) -> None:
+    await env.create_workload("wl")
+    await env.reserve_quota("wl")
+    await env.nominate("wl", ["worker1"])
+    await env.wait_copies("wl", ["worker1"])
+    await env.worker_admit("worker1", "wl")
+    await env.wait_workload("wl", lambda o: (check_state(o) or {}).get("state") == "Ready")
+
+
+async def test_s60_manager_restart_while_worker_unreachable() -> None:
+    async with start_env(policy_hook=True, worker_lost_timeout_seconds=TIMEOUT) as env:
+        await _admitted_on_worker1(env)
+        await env.stop_controllers()
+        await env.workers["worker1"].down()
+        await env.start_controllers()
+        await env.wait_condition("multikueueclusters", "worker1", "False", "ClientConnectionFailed")
+        await env.settle()
+        assert (check_state(await env.get("wl")) or {})["state"] == "Ready"
+        env.clock.advance(TIMEOUT)
+        await env.wait_workload("wl", lambda o: (check_state(o) or {}).get("state") == "Retry")
+
+
+async def test_s61_worker_loses_admission_redo_after_timeout() -> None:
+    async with start_env(policy_hook=True, worker_lost_timeout_seconds=TIMEOUT) as env:
+        await _admitted_on_worker1(env)
+        await env.worker_condition(
+            "worker1",
+            "wl",
+            cond("QuotaReserved", False, "Pending"),
+            cond("Admitted", False, "NoReservation"),
+        )
+        await env.wait_workload(
+            "wl", lambda o: (get_cond(o, "Admitted") or {}).get("status") == "False", "worker1"
+        )
+        await env.settle()
+        assert (check_state(await env.get("wl")) or {})["state"] == "Ready"
+        env.clock.advance(TIMEOUT)
+        local = await env.wait_workload(
+            "wl", lambda o: (check_state(o) or {}).get("state") == "Retry"
+        )
+        assert (check_state(local) or {})["message"] == "Reserving remote lost"
