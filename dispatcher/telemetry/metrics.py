@@ -1,0 +1,363 @@
+"""The dispatcher's Prometheus series, defined once, recorded through a typed facade.
+
+Instruments are OpenTelemetry instruments read by the Prometheus exporter into an explicit
+:class:`prometheus_client.CollectorRegistry` (notes 5.1): the exporter adds the ``_total`` and
+unit suffixes, scope labels and ``target_info`` are switched off, so the series look like Kueue's.
+Every series carries ``replica_role`` (``leader``, ``follower`` or ``standalone``) as Kueue's do.
+Gauges are observable: a removed cluster's series disappear with :meth:`Metrics.forget_cluster`.
+``docs/metrics.md`` is generated from :data:`SERIES` (``scripts/gen_metrics_docs.py``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Literal
+
+from opentelemetry.exporter.prometheus import PrometheusMetricReader
+from opentelemetry.metrics import CallbackOptions, Counter, Histogram, Observation
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.resources import Resource
+from prometheus_client import CollectorRegistry
+
+__all__ = [
+    "DECISION_LATENCY_BUCKETS",
+    "PREFIX",
+    "SERIES",
+    "TIME_TO_ADMISSION_BUCKETS",
+    "ConnectionState",
+    "ErrorKind",
+    "Metrics",
+    "ReplicaRole",
+    "Series",
+]
+
+PREFIX = "multikueue_dispatcher_"
+"""Prefix of every series (Kueue owns ``kueue_*`` and ``multikueue_*``)."""
+
+ReplicaRole = Literal["leader", "follower", "standalone"]
+"""Kueue's ``replica_role`` values: ``standalone`` when leader election is off."""
+
+ErrorKind = Literal[
+    "api", "watch", "kubeconfig", "decision", "plugin", "write", "write_conflict", "event"
+]
+"""Values of the ``kind`` label of ``multikueue_dispatcher_errors_total``."""
+
+DECISION_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+"""Seconds; decisions are in-memory computations over cached snapshots."""
+
+TIME_TO_ADMISSION_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
+"""Seconds; up to Kueue's Incremental round (5 min) and beyond."""
+
+
+class ConnectionState(StrEnum):
+    """State of the connection to one worker cluster (``state`` label)."""
+
+    CONNECTING = "connecting"
+    """Kubeconfig accepted; the first list of the mirrors has not finished."""
+    CONNECTED = "connected"
+    """Mirrors synced and watching."""
+    DISCONNECTED = "disconnected"
+    """Was connected or connecting; requests fail, reconnecting with backoff."""
+    UNUSABLE = "unusable"
+    """The kubeconfig Secret is missing or refused (contract C62); nothing is tried until it
+    changes."""
+
+
+@dataclass(frozen=True)
+class Series:
+    """One series family as exported (the documentation row and the instrument definition)."""
+
+    instrument: str
+    """OpenTelemetry instrument name (exported name without the suffixes)."""
+    kind: Literal["counter", "gauge", "histogram"]
+    unit: str
+    """UCUM unit: ``s`` adds ``_seconds``; ``1`` adds nothing."""
+    labels: tuple[str, ...]
+    """Labels besides ``replica_role``, in documentation order."""
+    description: str
+
+    @property
+    def name(self) -> str:
+        """The family name as Prometheus shows it."""
+        name = self.instrument + ("_seconds" if self.unit == "s" else "")
+        return name + ("_total" if self.kind == "counter" else "")
+
+    @property
+    def all_labels(self) -> tuple[str, ...]:
+        """Every label of the series, ``replica_role`` last."""
+        return (*self.labels, "replica_role")
+
+
+NOMINATIONS = Series(
+    PREFIX + "nominations",
+    "counter",
+    "1",
+    ("cluster_queue", "cluster", "algorithm"),
+    "Clusters nominated: one per cluster written to status.nominatedClusterNames.",
+)
+DECISION_LATENCY = Series(
+    PREFIX + "decision_latency",
+    "histogram",
+    "s",
+    ("cluster_queue", "algorithm"),
+    "Time to take one dispatch decision (request building and algorithm pipeline).",
+)
+TIME_TO_ADMISSION = Series(
+    PREFIX + "time_to_admission",
+    "histogram",
+    "s",
+    ("cluster_queue", "cluster"),
+    "Time from quota reservation on the manager to admission on a worker (status.clusterName set).",
+)
+IN_FLIGHT = Series(
+    PREFIX + "in_flight_nominations",
+    "gauge",
+    "1",
+    ("cluster",),
+    "Workloads nominated to the cluster whose copy the cluster has not admitted yet.",
+)
+CONNECTION_STATE = Series(
+    PREFIX + "worker_connection_state",
+    "gauge",
+    "1",
+    ("cluster", "state"),
+    "1 for the worker cluster's current connection state, 0 for the other states "
+    "(connecting, connected, disconnected, unusable).",
+)
+ERRORS = Series(
+    PREFIX + "errors",
+    "counter",
+    "1",
+    ("kind",),
+    "Errors by kind: api, watch, kubeconfig, decision, plugin, write, write_conflict, event.",
+)
+QUEUE_DEPTH = Series(
+    PREFIX + "queue_depth",
+    "gauge",
+    "1",
+    (),
+    "Workload keys waiting in the work queue.",
+)
+PLUGIN_INFO = Series(
+    PREFIX + "plugin_info",
+    "gauge",
+    "1",
+    ("plugin", "distribution", "version"),
+    "1 for each loaded plugin (distribution is 'built-in' for the dispatcher's own).",
+)
+STUCK_WORKLOADS = Series(
+    PREFIX + "stuck_workloads",
+    "counter",
+    "1",
+    ("cluster_queue",),
+    "Workloads found stuck by the field-manager pitfall: a worker admitted the copy but Kueue "
+    "cannot set status.clusterName while our field manager owns status.nominatedClusterNames "
+    "(contract C43).",
+)
+
+SERIES: tuple[Series, ...] = (
+    NOMINATIONS,
+    DECISION_LATENCY,
+    TIME_TO_ADMISSION,
+    IN_FLIGHT,
+    CONNECTION_STATE,
+    ERRORS,
+    QUEUE_DEPTH,
+    PLUGIN_INFO,
+    STUCK_WORKLOADS,
+)
+"""Every series the facade registers."""
+
+
+class Metrics:
+    """Typed facade over the dispatcher's instruments.
+
+    One instance per process (tests build their own): it owns a :class:`MeterProvider` whose
+    only reader renders into :attr:`registry`; serve that registry at ``/metrics``. Recording
+    methods are cheap and never raise for valid label values. Call :meth:`shutdown` at exit.
+    """
+
+    def __init__(
+        self,
+        *,
+        registry: CollectorRegistry | None = None,
+        replica_role: ReplicaRole = "standalone",
+        service_name: str = "multikueue-dispatcher",
+    ) -> None:
+        """Create the instruments; ``registry`` defaults to a fresh ``CollectorRegistry``."""
+        self.registry = registry if registry is not None else CollectorRegistry()
+        """The registry to serve at ``/metrics``."""
+        self._role: ReplicaRole = replica_role
+        reader = PrometheusMetricReader(
+            disable_target_info=True, scope_info_enabled=False, registry=self.registry
+        )
+        self._provider = MeterProvider(
+            metric_readers=[reader],
+            resource=Resource.create({"service.name": service_name}),
+            shutdown_on_exit=False,
+        )
+        meter = self._provider.get_meter("multikueue_dispatcher")
+        self._in_flight: dict[str, int] = {}
+        self._connection: dict[str, ConnectionState] = {}
+        self._queue_depth = 0
+        self._plugins: set[tuple[str, str, str]] = set()
+
+        def counter(series: Series) -> Counter:
+            return meter.create_counter(
+                series.instrument, unit=series.unit, description=series.description
+            )
+
+        def histogram(series: Series, buckets: tuple[float, ...]) -> Histogram:
+            return meter.create_histogram(
+                series.instrument,
+                unit=series.unit,
+                description=series.description,
+                explicit_bucket_boundaries_advisory=buckets,
+            )
+
+        self._nominations = counter(NOMINATIONS)
+        self._errors = counter(ERRORS)
+        self._stuck = counter(STUCK_WORKLOADS)
+        self._decision_latency = histogram(DECISION_LATENCY, DECISION_LATENCY_BUCKETS)
+        self._time_to_admission = histogram(TIME_TO_ADMISSION, TIME_TO_ADMISSION_BUCKETS)
+        for series, callback in (
+            (IN_FLIGHT, self._observe_in_flight),
+            (CONNECTION_STATE, self._observe_connection),
+            (QUEUE_DEPTH, self._observe_queue_depth),
+            (PLUGIN_INFO, self._observe_plugins),
+        ):
+            meter.create_observable_gauge(
+                series.instrument,
+                callbacks=[callback],
+                unit=series.unit,
+                description=series.description,
+            )
+
+    # -- state ------------------------------------------------------------------------------
+
+    @property
+    def replica_role(self) -> ReplicaRole:
+        """The ``replica_role`` label put on every series from now on."""
+        return self._role
+
+    def set_replica_role(self, role: ReplicaRole) -> None:
+        """Switch the ``replica_role`` label (for example ``follower`` → ``leader``)."""
+        self._role = role
+
+    # -- counters and histograms ------------------------------------------------------------
+
+    def nominated(self, clusters: Iterable[str], *, cluster_queue: str, algorithm: str) -> None:
+        """Count one nomination per cluster in ``clusters`` (one written decision).
+
+        ``algorithm`` names the pipeline, by convention its algorithm names joined with ``+``.
+        """
+        for cluster in clusters:
+            self._nominations.add(
+                1,
+                {
+                    "cluster_queue": cluster_queue,
+                    "cluster": cluster,
+                    "algorithm": algorithm,
+                    "replica_role": self._role,
+                },
+            )
+
+    def observe_decision_latency(
+        self, seconds: float, *, cluster_queue: str, algorithm: str
+    ) -> None:
+        """Record how long one decision took."""
+        self._decision_latency.record(
+            seconds,
+            {"cluster_queue": cluster_queue, "algorithm": algorithm, "replica_role": self._role},
+        )
+
+    @contextmanager
+    def decision_timer(self, *, cluster_queue: str, algorithm: str) -> Iterator[None]:
+        """Time the ``with`` block as one decision (recorded even when it raises)."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.observe_decision_latency(
+                time.perf_counter() - start, cluster_queue=cluster_queue, algorithm=algorithm
+            )
+
+    def observe_time_to_admission(
+        self, seconds: float, *, cluster_queue: str, cluster: str
+    ) -> None:
+        """Record the time from quota reservation to admission on ``cluster``."""
+        self._time_to_admission.record(
+            seconds,
+            {"cluster_queue": cluster_queue, "cluster": cluster, "replica_role": self._role},
+        )
+
+    def error(self, kind: ErrorKind) -> None:
+        """Count one error of ``kind``."""
+        self._errors.add(1, {"kind": kind, "replica_role": self._role})
+
+    def stuck_workload(self, *, cluster_queue: str) -> None:
+        """Count one workload found stuck by the field-manager pitfall (contract C43)."""
+        self._stuck.add(1, {"cluster_queue": cluster_queue, "replica_role": self._role})
+
+    # -- gauges -----------------------------------------------------------------------------
+
+    def set_in_flight(self, cluster: str, count: int) -> None:
+        """Set the number of nominations to ``cluster`` not yet admitted there."""
+        self._in_flight[cluster] = count
+
+    def set_connection_state(self, cluster: str, state: ConnectionState) -> None:
+        """Set the connection state of the worker ``cluster``."""
+        self._connection[cluster] = state
+
+    def forget_cluster(self, cluster: str) -> None:
+        """Drop the gauge series of a removed worker cluster (counters keep their totals)."""
+        self._in_flight.pop(cluster, None)
+        self._connection.pop(cluster, None)
+
+    def set_queue_depth(self, depth: int) -> None:
+        """Set the number of keys waiting in the work queue."""
+        self._queue_depth = depth
+
+    def add_plugin_info(self, plugin: str, *, distribution: str, version: str) -> None:
+        """Export ``plugin_info = 1`` for a loaded plugin (``distribution`` ``built-in`` for
+        ours)."""
+        self._plugins.add((plugin, distribution, version))
+
+    def _observe_in_flight(self, options: CallbackOptions) -> Iterable[Observation]:
+        role = self._role
+        return [
+            Observation(count, {"cluster": cluster, "replica_role": role})
+            for cluster, count in sorted(self._in_flight.items())
+        ]
+
+    def _observe_connection(self, options: CallbackOptions) -> Iterable[Observation]:
+        role = self._role
+        return [
+            Observation(
+                1 if state is current else 0,
+                {"cluster": cluster, "state": state.value, "replica_role": role},
+            )
+            for cluster, current in sorted(self._connection.items())
+            for state in ConnectionState
+        ]
+
+    def _observe_queue_depth(self, options: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(self._queue_depth, {"replica_role": self._role})]
+
+    def _observe_plugins(self, options: CallbackOptions) -> Iterable[Observation]:
+        role = self._role
+        return [
+            Observation(
+                1,
+                {"plugin": plugin, "distribution": dist, "version": ver, "replica_role": role},
+            )
+            for plugin, dist, ver in sorted(self._plugins)
+        ]
+
+    def shutdown(self) -> None:
+        """Shut the meter provider down (the registry keeps its last rendering out)."""
+        self._provider.shutdown()
