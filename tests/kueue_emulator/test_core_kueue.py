@@ -456,6 +456,24 @@ async def test_c13_conditions_carry_every_required_field(kueue_env: KueueEnv) ->
             assert set(cond) >= {"type", "status", "reason", "message", "lastTransitionTime"}
 
 
+async def test_c13_hold_and_drain_evicts_with_cluster_queue_stopped(kueue_env: KueueEnv) -> None:
+    env = kueue_env
+    await basic_queue(env, cpu=2)
+    await create(env.api, workload("w1", cpu="1"))
+    await env.wait_workload("w1", has("Admitted"))
+    await env.custom.patch_cluster_custom_object(
+        "kueue.x-k8s.io",
+        "v1beta2",
+        "clusterqueues",
+        "cq",
+        {"spec": {"stopPolicy": "HoldAndDrain"}},
+        _content_type="application/merge-patch+json",
+    )
+    stopped = await env.wait_workload("w1", has("QuotaReserved", "False", "Inadmissible"))
+    assert (get_condition(stopped, "Evicted") or {})["reason"] == "ClusterQueueStopped"
+    await env.wait_for("clusterqueues", "cq", has("Active", "False", "Stopped"))
+
+
 # --- manager role: admission checks (C37–C39) -----------------------------------------------------
 
 

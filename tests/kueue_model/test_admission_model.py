@@ -537,3 +537,11 @@ def test_admission_usage_reads_pod_set_assignments() -> None:
 def test_format_resource_quantity(resource: str, milli: int, text: str) -> None:
     assert format_resource_quantity(resource, milli) == text
     assert parse_quantity(text) == milli
+
+
+def test_c69_cohort_object_quota_is_shared_by_its_members() -> None:
+    a = cq("a", {"default": {"cpu": "2"}}, cohort="team")
+    shared = {"team": {("default", "cpu"): 3000}}
+    snapshot = QuotaSnapshot.build([a], cohort_quotas=shared)
+    assert evaluate(wl("w", "a", cpu="5"), snapshot, FLAVORS).mode == "fit"
+    assert evaluate(wl("w", "a", cpu="6"), snapshot, FLAVORS).mode == "never"
