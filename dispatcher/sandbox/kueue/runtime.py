@@ -19,6 +19,8 @@ from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import aiohttp
+
 from dispatcher.sandbox.kubeclient import (
     WORKLOADS,
     Informer,
@@ -371,7 +373,7 @@ class Controller:
             try:
                 requeue = await self.reconcile()
                 backoff = 0.05
-            except (KubeError, OSError, TimeoutError) as error:
+            except (KubeError, OSError, TimeoutError, aiohttp.ClientError) as error:
                 self.errors += 1
                 log.warning("%s: reconcile failed: %s", self.name, error)
                 requeue = backoff
