@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import binascii
+import importlib.metadata
 import json
 import ssl
 from collections.abc import Mapping, Sequence
@@ -31,7 +32,6 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config.config_exception import ConfigException
 
-from dispatcher import __version__
 from dispatcher.k8s.errors import ApiError, ApiUnreachable
 from dispatcher.k8s.kubeconfig import BAD, KubeconfigError, validate_kubeconfig
 from dispatcher.k8s.resources import EVENTS, SECRETS, ResourceRef
@@ -39,7 +39,16 @@ from dispatcher.k8s.resources import EVENTS, SECRETS, ResourceRef
 Obj = dict[str, Any]
 Query = Sequence[tuple[str, str]]
 
-USER_AGENT = f"multikueue-dispatcher/{__version__}"
+
+def _version() -> str:
+    # Not ``dispatcher.__version__``: the root package imports the plugin layer (above k8s).
+    try:
+        return importlib.metadata.version("multikueue-dispatcher")
+    except importlib.metadata.PackageNotFoundError:
+        return "0"
+
+
+USER_AGENT = f"multikueue-dispatcher/{_version()}"
 DEFAULT_TIMEOUT = 30.0
 CLOSE_TIMEOUT = 5.0
 

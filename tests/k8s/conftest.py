@@ -25,3 +25,18 @@ async def api(cluster: FakeCluster) -> AsyncIterator[KubeApi]:
     kube = await KubeApi.from_kubeconfig(cluster.kubeconfig, request_timeout=10.0, name="test")
     async with kube:
         yield kube
+
+
+@pytest.fixture
+async def quiet_cluster() -> AsyncIterator[FakeCluster]:
+    """A fake cluster that sends no bookmarks (an hour apart)."""
+    async with FakeCluster("quiet", resources=KUEUE_SHORT_FORMS, bookmark_interval=3600) as fake:
+        yield fake
+
+
+@pytest.fixture
+async def quiet_api(quiet_cluster: FakeCluster) -> AsyncIterator[KubeApi]:
+    """A KubeApi for ``quiet_cluster``."""
+    kube = await KubeApi.from_kubeconfig(quiet_cluster.kubeconfig, request_timeout=10.0)
+    async with kube:
+        yield kube

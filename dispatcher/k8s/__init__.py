@@ -1,0 +1,71 @@
+"""The only package that imports kubernetes_asyncio (design section 3).
+
+- :mod:`~dispatcher.k8s.kubeconfig`: kubeconfig validation as Kueue does it (C62), Secrets;
+- :mod:`~dispatcher.k8s.client`: clients and :class:`~dispatcher.k8s.client.KubeApi`;
+- :mod:`~dispatcher.k8s.patching`: status writes with an explicit content type (C47, C48);
+- :mod:`~dispatcher.k8s.watching`: the list-then-watch loop and an object cache;
+- :mod:`~dispatcher.k8s.leases`: Leases with optimistic concurrency;
+- :mod:`~dispatcher.k8s.errors`, :mod:`~dispatcher.k8s.clock`, :mod:`~dispatcher.k8s.resources`.
+
+Nothing here exposes kubernetes_asyncio types except ``ApiClient`` (the client a
+:class:`~dispatcher.k8s.client.KubeApi` wraps); errors are :class:`ApiError`.
+"""
+
+from __future__ import annotations
+
+from dispatcher.k8s.client import KubeApi, ObjectList, client_from_kubeconfig
+from dispatcher.k8s.clock import SYSTEM_CLOCK, Clock, SystemClock
+from dispatcher.k8s.errors import ApiError, ApiUnreachable
+from dispatcher.k8s.kubeconfig import (
+    KubeconfigError,
+    ValidKubeconfig,
+    kubeconfig_from_secret,
+    validate_kubeconfig,
+)
+from dispatcher.k8s.patching import (
+    AdmittedMeanwhile,
+    Patched,
+    PatchResult,
+    apply_status,
+    merge_patch_status,
+)
+from dispatcher.k8s.resources import ResourceRef
+from dispatcher.k8s.watching import (
+    Disconnected,
+    Listed,
+    ObjectCache,
+    ObjectEvent,
+    Watching,
+    WatchItem,
+    WatchSettings,
+    list_watch,
+)
+
+__all__ = [
+    "SYSTEM_CLOCK",
+    "AdmittedMeanwhile",
+    "ApiError",
+    "ApiUnreachable",
+    "Clock",
+    "Disconnected",
+    "KubeApi",
+    "KubeconfigError",
+    "Listed",
+    "ObjectCache",
+    "ObjectEvent",
+    "ObjectList",
+    "PatchResult",
+    "Patched",
+    "ResourceRef",
+    "SystemClock",
+    "ValidKubeconfig",
+    "WatchItem",
+    "WatchSettings",
+    "Watching",
+    "apply_status",
+    "client_from_kubeconfig",
+    "kubeconfig_from_secret",
+    "list_watch",
+    "merge_patch_status",
+    "validate_kubeconfig",
+]

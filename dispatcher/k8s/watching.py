@@ -1,0 +1,388 @@
+"""The project's own list-then-watch loop (notes 1.3; kopf's ``continuous_watch`` on anyio).
+
+:func:`list_watch` runs until cancelled and pushes typed events into an anyio memory object
+stream (it never yields from inside a cancel scope):
+
+1. LIST (all pages); every item is sent as an :class:`ObjectEvent` of type ``LISTED``, then a
+   :class:`Listed` marker with the list's resourceVersion and the keys listed (a consumer drops
+   what it holds and was not listed: objects deleted while nobody watched).
+2. WATCH from that resourceVersion with ``allowWatchBookmarks``, a server-side
+   ``timeoutSeconds`` **and** a client-side timeout, and an inactivity deadline pushed forward
+   by every line (event or bookmark). A :class:`Watching` event tells that a stream is open.
+3. When the stream ends, on the inactivity deadline, on ``ClientPayloadError`` or a connection
+   error: watch again from the last resourceVersion seen (events and bookmarks). On 410 (an
+   ``ERROR`` event or the HTTP status): go back to 1 (re-list).
+4. Failures send a :class:`Disconnected` event and wait with exponential backoff (per stream,
+   reset by the next successful list or event) on an injectable clock.
+
+:class:`ObjectCache` applies these events to a dict of objects, as the mirrors do.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import aiohttp
+import anyio
+from anyio.abc import TaskStatus
+from anyio.streams.memory import MemoryObjectSendStream
+
+from dispatcher.k8s.client import TRANSPORT_ERRORS, KubeApi, selector_query, translate
+from dispatcher.k8s.clock import SYSTEM_CLOCK, Clock
+from dispatcher.k8s.errors import ApiError
+from dispatcher.k8s.resources import ResourceRef
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped objects
+
+EventType = Literal["LISTED", "ADDED", "MODIFIED", "DELETED"]
+
+
+@dataclass(frozen=True)
+class ObjectEvent:
+    """One object: listed (``LISTED``) or changed (``ADDED``, ``MODIFIED``, ``DELETED``)."""
+
+    type: EventType
+    object: Obj
+
+    @property
+    def key(self) -> Key:
+        """``(namespace, name)`` of the object."""
+        return object_key(self.object)
+
+    @property
+    def resource_version(self) -> str:
+        """The object's resourceVersion."""
+        return str((self.object.get("metadata") or {}).get("resourceVersion") or "")
+
+
+@dataclass(frozen=True)
+class Listed:
+    """A LIST completed: every listed object was sent before this marker."""
+
+    resource_version: str
+    keys: frozenset[Key]
+
+
+@dataclass(frozen=True)
+class Watching:
+    """A watch stream is open from ``resource_version``."""
+
+    resource_version: str
+
+
+@dataclass(frozen=True)
+class Disconnected:
+    """A list or watch failed; the loop retries after ``retry_in`` seconds."""
+
+    error: str
+    status: int
+    retry_in: float
+
+
+WatchItem = ObjectEvent | Listed | Watching | Disconnected
+
+
+def object_key(obj: Obj) -> Key:
+    """``(namespace, name)`` of an object."""
+    meta = obj.get("metadata") or {}
+    return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+
+
+@dataclass(frozen=True)
+class BackoffPolicy:
+    """Exponential backoff: ``initial * factor**(n-1)``, at most ``maximum`` seconds."""
+
+    initial: float = 1.0
+    factor: float = 2.0
+    maximum: float = 60.0
+
+
+@dataclass
+class Backoff:
+    """Retry delays of one stream."""
+
+    policy: BackoffPolicy = field(default_factory=BackoffPolicy)
+    failures: int = 0
+
+    def next_delay(self) -> float:
+        """Count a failure and return the delay before the next attempt."""
+        self.failures += 1
+        delay = self.policy.initial * self.policy.factor ** (self.failures - 1)
+        return float(min(self.policy.maximum, delay))
+
+    def reset(self) -> None:
+        """A success: the next failure waits ``initial`` again."""
+        self.failures = 0
+
+
+@dataclass(frozen=True)
+class WatchSettings:
+    """Timeouts of the list-then-watch loop, in seconds.
+
+    ``server_timeout`` is the watch's ``timeoutSeconds``; the client gives up on a stream after
+    ``server_timeout + client_margin``; ``inactivity_timeout`` (None: off) ends a stream that
+    sent nothing (not even a bookmark) for that long; ``connect_timeout`` bounds connecting;
+    ``list_timeout`` bounds one LIST page.
+    """
+
+    server_timeout: int = 300
+    client_margin: float = 30.0
+    inactivity_timeout: float | None = 150.0
+    connect_timeout: float = 10.0
+    list_timeout: float = 60.0
+    page_size: int = 500
+    backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
+
+
+class _Expired(Exception):
+    """410: re-list."""
+
+
+class _WatchState:
+    def __init__(self, resource_version: str) -> None:
+        self.resource_version = resource_version
+        self.events = 0
+
+
+async def list_watch(
+    api: KubeApi,
+    resource: ResourceRef,
+    send: MemoryObjectSendStream[WatchItem],
+    *,
+    namespace: str | None = None,
+    label_selector: str | None = None,
+    field_selector: str | None = None,
+    settings: WatchSettings | None = None,
+    clock: Clock = SYSTEM_CLOCK,
+    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """List then watch ``resource`` forever, sending :data:`WatchItem` s to ``send``.
+
+    ``namespace`` None watches all namespaces (or a cluster-scoped kind). With ``tg.start``, the
+    task reports started after the first successful LIST has been sent. Returns only when the
+    receiving side is closed; closes ``send`` on exit.
+    """
+    settings = settings or WatchSettings()
+    backoff = Backoff(settings.backoff)
+    started = False
+    path = resource.path(namespace)
+    selectors = selector_query(label_selector, field_selector)
+    async with send:
+        try:
+            while True:
+                try:
+                    resource_version = await _list(
+                        api, resource, namespace, selectors, settings, send
+                    )
+                except ApiError as error:
+                    await _failed(send, error, backoff, clock, "list", path)
+                    continue
+                backoff.reset()
+                if not started:
+                    task_status.started()
+                    started = True
+                state = _WatchState(resource_version)
+                while True:
+                    try:
+                        await _watch_once(api, path, selectors, settings, state, send)
+                    except _Expired:
+                        log.info(
+                            "watch %s: resourceVersion %s expired, re-listing",
+                            path,
+                            state.resource_version,
+                        )
+                        break
+                    except ApiError as error:
+                        if state.events:
+                            backoff.reset()
+                        state.events = 0
+                        await _failed(send, error, backoff, clock, "watch", path)
+                        continue
+                    if state.events:
+                        backoff.reset()
+                        state.events = 0
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            log.debug("watch %s: the receiver is gone", path)
+
+
+async def _failed(
+    send: MemoryObjectSendStream[WatchItem],
+    error: ApiError,
+    backoff: Backoff,
+    clock: Clock,
+    what: str,
+    path: str,
+) -> None:
+    delay = backoff.next_delay()
+    if error.retry_after is not None:
+        delay = max(delay, error.retry_after)
+    log.warning("%s %s failed (%s); retrying in %.1fs", what, path, error, delay)
+    await send.send(Disconnected(str(error), error.status, delay))
+    await clock.sleep(delay)
+
+
+async def _list(
+    api: KubeApi,
+    resource: ResourceRef,
+    namespace: str | None,
+    selectors: list[tuple[str, str]],
+    settings: WatchSettings,
+    send: MemoryObjectSendStream[WatchItem],
+) -> str:
+    listed = await api.list(
+        resource,
+        namespace,
+        label_selector=dict(selectors).get("labelSelector"),
+        field_selector=dict(selectors).get("fieldSelector"),
+        page_size=settings.page_size,
+        request_timeout=settings.list_timeout,
+    )
+    keys = []
+    for obj in listed.items:
+        event = ObjectEvent("LISTED", obj)
+        keys.append(event.key)
+        await send.send(event)
+    await send.send(Listed(listed.resource_version, frozenset(keys)))
+    return listed.resource_version
+
+
+def _lines(buffer: bytearray) -> Iterator[bytes]:
+    while True:
+        end = buffer.find(b"\n")
+        if end < 0:
+            return
+        line = bytes(buffer[:end])
+        del buffer[: end + 1]
+        if line.strip():
+            yield line
+
+
+async def _watch_once(
+    api: KubeApi,
+    path: str,
+    selectors: list[tuple[str, str]],
+    settings: WatchSettings,
+    state: _WatchState,
+    send: MemoryObjectSendStream[WatchItem],
+) -> None:
+    """One watch request; returns when the stream ends cleanly or goes quiet."""
+    query = [
+        *selectors,
+        ("watch", "true"),
+        ("allowWatchBookmarks", "true"),
+        ("resourceVersion", state.resource_version),
+        ("timeoutSeconds", str(settings.server_timeout)),
+    ]
+    timeout = aiohttp.ClientTimeout(
+        total=settings.server_timeout + settings.client_margin,
+        sock_connect=settings.connect_timeout,
+    )
+    try:
+        response = await api.open("GET", path, query=query, request_timeout=timeout)
+    except ApiError as error:
+        if error.gone:
+            raise _Expired from error
+        raise
+    inactivity = settings.inactivity_timeout
+    try:
+        await send.send(Watching(state.resource_version))
+        buffer = bytearray()
+        while True:
+            with anyio.CancelScope(
+                deadline=anyio.current_time() + inactivity if inactivity else math.inf
+            ) as scope:
+                chunk = await response.content.readany()
+            if scope.cancelled_caught:
+                log.info("watch %s: nothing for %.0fs, watching again", path, inactivity)
+                return
+            if not chunk:
+                return  # the server ended the stream (timeoutSeconds or shutdown)
+            buffer.extend(chunk)
+            for line in _lines(buffer):
+                await _handle(line, state, send)
+    except TRANSPORT_ERRORS as error:
+        raise translate(error) from error
+    finally:
+        response.release()
+
+
+async def _handle(line: bytes, state: _WatchState, send: MemoryObjectSendStream[WatchItem]) -> None:
+    try:
+        event = json.loads(line)
+        kind = event["type"]
+        obj = event["object"]
+    except (ValueError, KeyError, TypeError) as error:
+        raise ApiError(0, "BadWatchEvent", "a watch line is not a watch event") from error
+    if not isinstance(obj, dict):
+        raise ApiError(0, "BadWatchEvent", "a watch event has no object")
+    if kind == "ERROR":
+        status = ApiError.from_body(int(obj.get("code") or 500), json.dumps(obj))
+        if status.gone or status.reason in ("Expired", "Gone"):
+            raise _Expired
+        raise status
+    version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+    if kind == "BOOKMARK":
+        if version:
+            state.resource_version = version
+        return
+    if kind not in ("ADDED", "MODIFIED", "DELETED"):
+        log.warning("watch: ignoring an event of unknown type %r", kind)
+        return
+    await send.send(ObjectEvent(kind, obj))
+    # Only once the event is delivered: a cancelled send is seen again after a re-watch.
+    if version:
+        state.resource_version = version
+    state.events += 1
+
+
+class ObjectCache:
+    """Objects by ``(namespace, name)``, kept by applying :data:`WatchItem` s in order.
+
+    ``synced`` turns True at the first :class:`Listed`; ``connected`` is False between a
+    :class:`Disconnected` and the next list, stream or event.
+    """
+
+    def __init__(self) -> None:
+        self.objects: dict[Key, Obj] = {}
+        self.synced = False
+        self.connected = False
+        self.resource_version = ""
+        self.lists = 0
+
+    def apply(self, item: WatchItem) -> None:
+        """Apply one event."""
+        if isinstance(item, ObjectEvent):
+            self.connected = True
+            if item.type == "DELETED":
+                self.objects.pop(item.key, None)
+            else:
+                self.objects[item.key] = item.object
+            if item.type != "LISTED" and item.resource_version:
+                self.resource_version = item.resource_version
+        elif isinstance(item, Listed):
+            for key in set(self.objects) - item.keys:
+                del self.objects[key]
+            self.synced = True
+            self.connected = True
+            self.resource_version = item.resource_version
+            self.lists += 1
+        elif isinstance(item, Watching):
+            self.connected = True
+        else:
+            self.connected = False
+
+    def get(self, name: str, namespace: str = "") -> Obj | None:
+        """One object, or None."""
+        return self.objects.get((namespace, name))
+
+    def items(self) -> list[Obj]:
+        """All objects, sorted by key."""
+        return [self.objects[key] for key in sorted(self.objects)]
