@@ -686,6 +686,7 @@ class WorkloadController(_Loop):
         self._written: dict[Key, Obj] = {}  # our last status write, until the cache catches up
         self._rounds: dict[Key, datetime.datetime] = {}  # C59: in-memory round starts
         self._failures: dict[Key, int] = {}
+        self._key_timers: dict[Key, tuple[datetime.datetime, asyncio.Task[None]]] = {}
 
     # --- queue ---------------------------------------------------------------------------
 
@@ -721,13 +722,22 @@ class WorkloadController(_Loop):
             self.mark_key(_key(obj))
 
     def _after(self, key: Key, seconds: float) -> None:
-        """Reconcile ``key`` again after ``seconds`` of the injected clock."""
+        """Reconcile ``key`` again after ``seconds`` of the injected clock (one timer per key)."""
+        due = self.clock.now() + datetime.timedelta(seconds=seconds)
+        pending = self._key_timers.get(key)
+        if pending is not None and not pending[1].done():
+            if pending[0] <= due:
+                return
+            pending[1].cancel()
 
         async def later() -> None:
-            await self.clock.sleep(seconds)
+            await self.clock.sleep((due - self.clock.now()).total_seconds())
+            if self._key_timers.get(key, (None, None))[1] is task:
+                del self._key_timers[key]
             self.mark_key(key)
 
         task = asyncio.get_running_loop().create_task(later())
+        self._key_timers[key] = (due, task)
         self._timers.add(task)
         task.add_done_callback(self._timers.discard)
 
