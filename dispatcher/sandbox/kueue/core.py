@@ -560,11 +560,13 @@ class CoreKueue(Controller):
         }
         wanted = self._check_names(cq, assigned)
         current = list(status.get("admissionChecks") or [])
-        if [c.get("name") for c in current] == wanted:
-            return False
-        by_name = {c.get("name"): c for c in current}
-        status["admissionChecks"] = [by_name.get(n) or self._new_check(n) for n in wanted]
-        if not status["admissionChecks"]:
+        if {c.get("name") for c in current} == set(wanted):
+            return False  # the order is whoever wrote last's: not a reason to write
+        have = {c.get("name") for c in current}
+        checks = [c for c in current if c.get("name") in wanted]
+        checks += [self._new_check(n) for n in wanted if n not in have]
+        status["admissionChecks"] = checks
+        if not checks:
             status.pop("admissionChecks")
         await self._write(wl, status)
         return True
