@@ -235,7 +235,7 @@ async def start_env(
     crds_dir: Path, *, role: str = "worker", kueue_config: KueueConfig | None = None
 ) -> AsyncIterator[KueueEnv]:
     """A fake cluster with the real CRDs and a CoreKueue of ``role`` running against it."""
-    cfg = kueue_config or KueueConfig()
+    cfg = kueue_config or KueueConfig(batch_period_seconds=0.005)
     async with FakeCluster(f"kueue-{role}", crds=crd_documents(crds_dir)) as cluster:
         clock = ManualClock(datetime.datetime.now(datetime.UTC).replace(microsecond=0))
         conn = ClusterConnection(role, cluster.kubeconfig, CoreKueue.RESOURCES)

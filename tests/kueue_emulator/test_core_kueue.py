@@ -109,7 +109,9 @@ async def test_c72_reserve_then_admit_as_separate_writes(kueue_env: KueueEnv) ->
 
 
 async def test_c72_admit_delay_uses_the_injected_clock(crds_dir: Path) -> None:
-    async with start_env(crds_dir, kueue_config=KueueConfig(admit_delay_seconds=30)) as env:
+    async with start_env(
+        crds_dir, kueue_config=KueueConfig(admit_delay_seconds=30, batch_period_seconds=0.005)
+    ) as env:
         await basic_queue(env)
         await create(env.api, workload("w1", cpu="1"))
         reserved = await env.wait_workload("w1", has("QuotaReserved"))
@@ -168,7 +170,9 @@ async def test_c15_admission_has_one_assignment_per_pod_set(kueue_env: KueueEnv)
 
 
 async def test_c69_flavors_reservation_and_usage(crds_dir: Path) -> None:
-    async with start_env(crds_dir, kueue_config=KueueConfig(admit_delay_seconds=10)) as env:
+    async with start_env(
+        crds_dir, kueue_config=KueueConfig(admit_delay_seconds=10, batch_period_seconds=0.005)
+    ) as env:
         await basic_queue(env, cpu=4)
         await create(env.api, workload("a", cpu="1500m"))
         await env.wait_workload("a", has("QuotaReserved"))
@@ -613,7 +617,9 @@ async def test_c45_merge_patch_gate_clears_a_nomination_owned_by_another_manager
     crds_dir: Path,
 ) -> None:
     async with start_env(
-        crds_dir, role="manager", kueue_config=KueueConfig(merge_patch_gate=True)
+        crds_dir,
+        role="manager",
+        kueue_config=KueueConfig(merge_patch_gate=True, batch_period_seconds=0.005),
     ) as env:
         await manager_queue(env)
         await create(env.api, workload("w1", cpu="1"))
