@@ -1009,6 +1009,89 @@ def test_c17_f45_cluster_name_is_immutable_once_set(
     assert errors == (expected if error else [])
 
 
+# --- Validation ratcheting on UPDATE (KEP-4008) ---------------------------------------------------
+
+MIN_COUNT = 'Invalid value: "object": minCount should be positive and less or equal to count'
+IMMUTABLE_CLUSTER = 'Invalid value: "object": clusterName is immutable once set'
+
+
+def _stored_invalid(**status: Any) -> dict[str, Any]:
+    """A Workload stored before a tighter CRD: ``minCount`` 3 of a pod set of 2 pods."""
+    return with_status(_pod_set(workload(V2), minCount=3), **status)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        pytest.param(
+            _stored_invalid(),
+            _stored_invalid(nominatedClusterNames=["w1"]),
+            [],
+            id="status-write-leaves-invalid-spec-unchanged-accepted",
+        ),
+        pytest.param(
+            _stored_invalid(),
+            _pod_set(_stored_invalid(), minCount=4),
+            [("spec.podSets[0]", MIN_COUNT)],
+            id="invalid-value-changed-to-other-invalid-value-rejected",
+        ),
+        pytest.param(
+            _stored_invalid(),
+            _pod_set(_stored_invalid(), minCount=1),
+            [],
+            id="invalid-value-fixed-accepted",
+        ),
+        pytest.param(
+            None,
+            _stored_invalid(),
+            [("spec.podSets[0]", MIN_COUNT)],
+            id="create-is-never-ratcheted",
+        ),
+        pytest.param(
+            _stored_invalid(clusterName="w1"),
+            _stored_invalid(clusterName="w2"),
+            [("status", IMMUTABLE_CLUSTER)],
+            id="c17-transition-rule-fires-while-spec-is-ratcheted",
+        ),
+        pytest.param(
+            _stored_invalid(clusterName="w1"),
+            _stored_invalid(clusterName="w1", nominatedClusterNames=["w1"]),
+            [
+                (
+                    "status",
+                    'Invalid value: "object": clusterName and nominatedClusterNames are mutually'
+                    " exclusive",
+                )
+            ],
+            id="c17-changed-status-is-not-ratcheted",
+        ),
+    ],
+)
+def test_ratcheting_of_workload_updates(
+    kueue: Kueue,
+    old: dict[str, Any] | None,
+    new: dict[str, Any],
+    expected: list[tuple[str, str]],
+) -> None:
+    _, errors = kueue.admit("Workload", V2, new, old)
+    assert [(e.field, e.message) for e in errors] == expected
+
+
+def test_ratcheting_repeated_status_writes_stay_consistent(kueue: Kueue) -> None:
+    """A run of status writes like the dispatcher's, each admitted against the stored object."""
+    stored, errors = kueue.admit("Workload", V2, workload(V2), None)
+    assert errors == []
+    for step in range(5):
+        new = with_status(stored, nominatedClusterNames=[f"w{step}"])
+        stored, errors = kueue.admit("Workload", V2, new, stored)
+        assert errors == []
+    new = with_status(stored, clusterName="w4", nominatedClusterNames=[])
+    stored, errors = kueue.admit("Workload", V2, new, stored)
+    assert errors == []
+    _, errors = kueue.admit("Workload", V2, with_status(stored, clusterName="w3"), stored)
+    assert [(e.field, e.message) for e in errors] == [("status", IMMUTABLE_CLUSTER)]
+
+
 def test_f45_transition_rule_not_evaluated_on_create(kueue: Kueue) -> None:
     lq = obj("LocalQueue", V2, {"clusterQueue": "cq"}, namespace="ns")
     assert kueue.admit("LocalQueue", V2, lq, None)[1] == []

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from dispatcher.sandbox.fakeapi.cel import CELCompileError, CELEvalError, compile_cel
+from dispatcher.sandbox.fakeapi.cel import CELCompileError, CELEvalError, Program, compile_cel
 from dispatcher.sandbox.fakeapi.schema import (
+    CompiledSchema,
     FieldError,
     compile_expression,
     compile_schema,
@@ -682,3 +683,251 @@ def test_compile_schema_is_cached() -> None:
     schema = root(props(a=S))
     assert compile_schema(schema) is compile_schema(schema)
     assert compile_schema(copy.deepcopy(schema)) is compile_schema(schema)
+
+
+# --- Validation ratcheting (KEP-4008; CRDValidationRatcheting, GA in Kubernetes 1.33) -------------
+
+SHORT = {"type": "string", "maxLength": 2}
+TOO_LONG = "Too long: may not be more than 2 bytes"
+SHORT_RULE = {"rule": "self.size() <= 2", "message": "short"}
+SHORT_RULE_ERROR = 'Invalid value: "string": short'
+
+
+def _list(list_type: str | None, items: dict[str, Any], *keys: str) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "array", "items": items}
+    if list_type is not None:
+        schema["x-kubernetes-list-type"] = list_type
+    if keys:
+        schema["x-kubernetes-list-map-keys"] = list(keys)
+    return schema
+
+
+NAMED = props(("name",), name=S, v=SHORT)
+
+# (schema of spec, old spec, new spec, expected (field, message) pairs). Every old spec is invalid:
+# it stands for an object stored before its CRD was tightened.
+RATCHET_CASES: list[Any] = [
+    pytest.param(
+        props(a=SHORT, b=S),
+        {"a": "xxx", "b": "1"},
+        {"a": "xxx", "b": "2"},
+        [],
+        id="structural-unchanged-invalid-field-accepted",
+    ),
+    pytest.param(
+        props(a=SHORT, b=S),
+        {"a": "xxx", "b": "1"},
+        {"a": "yyy", "b": "1"},
+        [("spec.a", TOO_LONG)],
+        id="structural-changed-to-other-invalid-value-rejected",
+    ),
+    pytest.param(
+        props(a=ruled(SHORT_RULE, S), b=S),
+        {"a": "xxx", "b": "1"},
+        {"a": "xxx", "b": "2"},
+        [],
+        id="cel-unchanged-invalid-field-accepted",
+    ),
+    pytest.param(
+        props(a=ruled(SHORT_RULE, S), b=S),
+        {"a": "xxx", "b": "1"},
+        {"a": "yyy", "b": "1"},
+        [("spec.a", SHORT_RULE_ERROR)],
+        id="cel-changed-to-other-invalid-value-rejected",
+    ),
+    pytest.param(
+        ruled({"rule": "self.a < self.b", "message": "a<b"}, props(a=I, b=I, c=S)),
+        {"a": 2, "b": 1, "c": "x"},
+        {"a": 2, "b": 1, "c": "y"},
+        [("spec", 'Invalid value: "object": a<b')],
+        id="cel-rule-on-changed-node-rejected-though-its-inputs-are-unchanged",
+    ),
+    pytest.param(
+        props(a=SHORT, b=S),
+        {"a": 12},
+        {"a": 12, "b": "1"},
+        [],
+        id="structural-unchanged-wrong-type-accepted",
+    ),
+    pytest.param(
+        props(n=I, b=S),
+        {"n": 1},
+        {"n": True, "b": "1"},
+        [("spec.n", 'Invalid value: "boolean": spec.n in body must be of type integer: "boolean"')],
+        id="true-is-not-equal-to-1",
+    ),
+    pytest.param(
+        props(l=_list("map", NAMED, "name"), b=S),
+        {"l": [{"name": "p", "v": "xxx"}, {"name": "q", "v": "ok"}]},
+        {"l": [{"name": "q", "v": "ok"}, {"name": "p", "v": "xxx"}], "b": "1"},
+        [],
+        id="map-list-items-correlate-by-key-reordered-accepted",
+    ),
+    pytest.param(
+        props(l=_list("map", NAMED, "name")),
+        {"l": [{"name": "p", "v": "xxx"}]},
+        {"l": [{"name": "p", "v": "xxx"}, {"name": "q", "v": "yyy"}]},
+        [("spec.l[1].v", TOO_LONG)],
+        id="map-list-new-item-validated-old-item-ratcheted",
+    ),
+    pytest.param(
+        props(l=_list(None, SHORT)),
+        {"l": ["xxx"]},
+        {"l": ["xxx", "ok"]},
+        [],
+        id="plain-list-items-correlate-by-index-accepted",
+    ),
+    pytest.param(
+        props(l=_list(None, SHORT)),
+        {"l": ["xxx"]},
+        {"l": ["ok", "xxx"]},
+        [("spec.l[1]", TOO_LONG)],
+        id="plain-list-item-moved-to-another-index-rejected",
+    ),
+    pytest.param(
+        props(l=_list("atomic", SHORT), b=S),
+        {"l": ["xxx"]},
+        {"l": ["xxx"], "b": "1"},
+        [],
+        id="atomic-list-unchanged-accepted",
+    ),
+    pytest.param(
+        props(l=_list("atomic", SHORT)),
+        {"l": ["xxx"]},
+        {"l": ["xxx", "ok"]},
+        [("spec.l[0]", TOO_LONG)],
+        id="atomic-list-items-do-not-correlate-changed-list-rejected",
+    ),
+    pytest.param(
+        props(l=_list("set", ruled(SHORT_RULE, S))),
+        {"l": ["xxx"]},
+        {"l": ["xxx", "ok"]},
+        [("spec.l[0]", SHORT_RULE_ERROR)],
+        id="set-list-items-do-not-correlate-changed-list-rejected",
+    ),
+    pytest.param(
+        props(m={"type": "object", "additionalProperties": SHORT}),
+        {"m": {"k": "xxx"}},
+        {"m": {"k": "xxx", "n": "ok"}},
+        [],
+        id="map-entries-correlate-by-key-accepted",
+    ),
+    pytest.param(
+        props(l=_list("set", S)),
+        {"l": ["a"]},
+        {"l": ["a", "a"]},
+        [("spec.l[1]", 'Duplicate value: "a"')],
+        id="set-duplicate-new-rejected",
+    ),
+    pytest.param(
+        props(l=_list("set", S)),
+        {"l": ["a", "a"]},
+        {"l": ["a", "a", "b"]},
+        [],
+        id="set-duplicate-accepted-when-old-object-had-list-type-errors",
+    ),
+    pytest.param(
+        props(a=ruled({"rule": "!(self == 'x' && oldSelf == 'x')", "message": "stuck"}, S), b=S),
+        {"a": "x", "b": "1"},
+        {"a": "x", "b": "2"},
+        [("spec.a", 'Invalid value: "string": stuck')],
+        id="transition-rule-on-unchanged-value-still-fires",
+    ),
+    pytest.param(
+        props(i=ruled({"rule": "self.missing == 1", "message": "m"}, props(x=S)), b=S),
+        {"i": {"x": "1"}, "b": "1"},
+        {"i": {"x": "1"}, "b": "2"},
+        [("spec.i", 'Invalid value: "object": no such key: missing evaluating rule: m')],
+        id="evaluation-error-on-unchanged-value-still-reported",
+    ),
+]
+
+
+@pytest.mark.parametrize(("schema", "old", "new", "expected"), RATCHET_CASES)
+def test_ratcheting_on_update(
+    schema: dict[str, Any], old: Any, new: Any, expected: list[tuple[str, str]]
+) -> None:
+    assert [(e.field, e.message) for e in errors_of(schema, new, old=old)] == expected
+
+
+@pytest.mark.parametrize(
+    ("schema", "spec", "expected"),
+    [
+        pytest.param(props(a=SHORT), {"a": "xxx"}, ("spec.a", TOO_LONG), id="structural"),
+        pytest.param(
+            props(a=ruled(SHORT_RULE, S)), {"a": "xxx"}, ("spec.a", SHORT_RULE_ERROR), id="cel"
+        ),
+    ],
+)
+def test_ratcheting_never_on_create(
+    schema: dict[str, Any], spec: Any, expected: tuple[str, str]
+) -> None:
+    assert [(e.field, e.message) for e in errors_of(schema, spec)] == [expected]
+    # The same value stored and written again unchanged is ratcheted.
+    assert errors_of(schema, spec, old=spec) == []
+
+
+# --- Rule outcomes are reused when a rule's inputs did not change ---------------------------------
+
+
+class _Counter:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls = 0
+        original = Program.evaluate_cel
+
+        def counting(program: Program, activation: Any) -> Any:
+            self.calls += 1
+            return original(program, activation)
+
+        monkeypatch.setattr(Program, "evaluate_cel", counting)
+
+    def take(self) -> int:
+        calls, self.calls = self.calls, 0
+        return calls
+
+
+def test_rule_outcomes_are_reused_for_unchanged_inputs(monkeypatch: pytest.MonkeyPatch) -> None:
+    item = ruled({"rule": "self.size() <= 2", "message": "short"}, S)
+    raw = root(props(a=I, b=I, c=S, l=_list(None, item)))
+    raw["x-kubernetes-validations"] = [{"rule": "self.spec.a < self.spec.b", "message": "<"}]
+    schema = CompiledSchema(raw)  # not compile_schema: a fresh, unshared cache of outcomes
+    counter = _Counter(monkeypatch)
+
+    def errors(spec: dict[str, Any]) -> list[tuple[str, str]]:
+        return [(e.field, e.message) for e in schema.admit(obj(spec), None)[1]]
+
+    assert errors({"a": 2, "b": 1, "c": "x", "l": ["xxx"]}) == [
+        ("<nil>", 'Invalid value: "object": <'),
+        ("spec.l[0]", 'Invalid value: "string": short'),
+    ]
+    assert counter.take() == 2
+    # Same inputs: nothing is evaluated again, and the outcomes are reported at their places.
+    assert errors({"a": 2, "b": 1, "c": "y", "l": ["ok", "xxx"]}) == [
+        ("<nil>", 'Invalid value: "object": <'),
+        ("spec.l[1]", 'Invalid value: "string": short'),
+    ]
+    assert counter.take() == 1  # only "ok" is new
+    assert errors({"a": 1, "b": 2, "c": "y", "l": []}) == []
+    assert counter.take() == 1  # the root rule reads spec.a and spec.b, which changed
+
+
+@pytest.mark.parametrize(
+    ("expr", "expected"),
+    [
+        pytest.param("self == oldSelf", [("oldSelf", False, ()), ("self", False, ())], id="bare"),
+        pytest.param(
+            "has(self.a.b) && self.c.d.exists(x, x > self.e)",
+            [("self", False, ("c", "d")), ("self", False, ("e",)), ("self", True, ("a", "b"))],
+            id="has-is-presence-only",
+        ),
+        pytest.param("self.m['k'] == 1", [("self", False, ("m",))], id="index-ends-the-path"),
+        pytest.param(
+            "oldSelf.value().a == self.a",
+            [("oldSelf", False, ()), ("self", False, ("a",))],
+            id="method-call-ends-the-path",
+        ),
+        pytest.param("1 == 1", [], id="none"),
+    ],
+)
+def test_cel_dependencies(expr: str, expected: list[Any]) -> None:
+    assert list(compile_cel(expr).dependencies) == expected

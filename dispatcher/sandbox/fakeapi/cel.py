@@ -9,6 +9,10 @@ Values cross the boundary as plain JSON values (``dict``, ``list``, ``str``, ``i
 ``bool``, ``None``): :func:`to_cel` converts them to CEL values (JSON integers become CEL ``int``,
 JSON floats CEL ``double``) and :func:`from_cel` converts results back.
 
+Each :class:`Program` also records its ``dependencies``: the field paths it reads from ``self``
+and ``oldSelf`` (found in the parse tree), which the schema module uses to reuse the outcome of a
+rule whose inputs did not change.
+
 ``optionalOldSelf`` (F45) is modelled with :class:`OptionalValue` and the three functions
 ``hasValue()``, ``value()`` and ``orValue()``; the ``.?field`` syntax of CEL optionals is not
 supported by the parser and is rejected at compile time like any other syntax error.
@@ -28,6 +32,7 @@ from celpy import celtypes
 __all__ = [
     "CELCompileError",
     "CELEvalError",
+    "Dependency",
     "OptionalValue",
     "Program",
     "compile_cel",
@@ -179,14 +184,101 @@ def _walk_names(tree: Any, functions: set[str], idents: set[str]) -> None:
         stack.extend(children)
 
 
+_VARIABLES = ("self", "oldSelf")
+
+# One thing an expression reads from ``self`` or ``oldSelf``: (variable, presence_only, path).
+# ``presence_only`` is True for the argument of ``has()``, which reads only whether each field of
+# the path is there; otherwise the value at the path (or where the path stops) is read.
+Dependency = tuple[str, bool, tuple[str, ...]]
+
+
+def _dependencies(tree: Any) -> tuple[Dependency, ...]:
+    """What the expression reads from ``self``/``oldSelf``, as field paths (see :class:`Program`).
+
+    Every mention of ``self`` or ``oldSelf`` is followed up through the chain of ``.field``
+    selections that starts at it; the chain ends at anything else (an index, a method call, an
+    operator), and the value at the end of the chain is what the expression can see. A chain that
+    is the whole argument of ``has()`` needs only presence. A bare variable gives the empty path
+    (the whole value). This over-approximates what the expression reads, which is what a cache
+    key needs.
+    """
+    parents: dict[int, Any] = {}
+    idents: list[Any] = []
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        children = getattr(node, "children", None)
+        if children is None:
+            continue
+        if getattr(node, "data", None) == "ident" and str(children[0]) in _VARIABLES:
+            idents.append(node)
+        for child in children:
+            if getattr(child, "data", None) is not None:
+                parents[id(child)] = node
+                stack.append(child)
+    found: set[Dependency] = set()
+    for ident in idents:
+        path: list[str] = []
+        top = parents.get(id(ident))  # primary
+        member = parents.get(id(top)) if top is not None else None  # member
+        while member is not None:
+            parent = parents.get(id(member))
+            if (
+                parent is not None
+                and getattr(parent, "data", None) == "member_dot"
+                and parent.children[0] is member
+            ):
+                path.append(str(parent.children[1]))
+                member = parents.get(id(parent))
+                continue
+            break
+        found.add((str(ident.children[0]), _is_has_argument(member, parents), tuple(path)))
+    return tuple(sorted(found))
+
+
+_WRAPPERS = frozenset(
+    {
+        "unary",
+        "multiplication",
+        "addition",
+        "relation",
+        "conditionaland",
+        "conditionalor",
+        "expr",
+        "exprlist",
+    }
+)
+
+
+def _is_has_argument(member: Any, parents: Mapping[int, Any]) -> bool:
+    """True if ``member`` is (through single-child wrappers) the argument of ``has()``."""
+    node = member
+    while node is not None:
+        parent = parents.get(id(node))
+        if parent is None:
+            return False
+        data = getattr(parent, "data", None)
+        if data in _WRAPPERS and len(parent.children) == 1:
+            node = parent
+            continue
+        return data == "ident_arg" and str(parent.children[0]) == "has"
+    return False
+
+
 @dataclass(frozen=True, eq=False)
 class Program:
-    """One compiled CEL expression."""
+    """One compiled CEL expression.
+
+    ``dependencies`` lists what the expression reads from ``self`` and ``oldSelf``
+    (:data:`Dependency` triples): the schema module keys its cache of rule outcomes on the values
+    at those paths, so that a rule whose inputs did not change is not evaluated again.
+    """
 
     text: str
     functions: frozenset[str]
     identifiers: frozenset[str]
     _runner: Any
+    dependencies: tuple[Dependency, ...] = ()
 
     @property
     def references_old_self(self) -> bool:
@@ -256,7 +348,9 @@ def compile_cel(expr: str) -> Program:
                 f"server does not implement: {', '.join(unknown)}"
             )
         runner = _ENV.program(tree, functions=dict(_OPTIONAL_FUNCTIONS))
-        program = Program(expr, frozenset(functions), frozenset(idents), runner)
+        program = Program(
+            expr, frozenset(functions), frozenset(idents), runner, _dependencies(tree)
+        )
         _CACHE[expr] = program
         return program
 

@@ -31,12 +31,60 @@ Error texts follow Kubernetes' ``field.Error`` bodies (``Required value``, ``Uns
 supported values: "a", "b"``, ``Invalid value: "object": <rule message>`` ...). A rule at the
 schema root reports the field ``<nil>``, as the real server does.
 
+Validation ratcheting (UPDATE only)
+-----------------------------------
+
+Kubernetes' ``CRDValidationRatcheting`` (KEP-4008: alpha in 1.28 and off by default, beta and on
+by default in 1.30, GA and locked on in 1.33) lets an UPDATE keep a value that the schema rejects,
+as long as that value is unchanged.
+:meth:`CompiledSchema.validate` models it as follows.
+
+- **Correlation.** The new object is walked together with the old one: object fields and map
+  entries by name, items of ``x-kubernetes-list-type: map`` lists by their key, items of lists
+  without a list type by index. Items of ``set`` and ``atomic`` lists are not correlated, and
+  neither are ``apiVersion`` and ``kind`` of the root.
+- **Equality.** A correlated node is unchanged when it equals its old value the way
+  ``CorrelatedObject.CachedDeepEqual`` decides: same keys, each having a schema node, and equal
+  values; ``map`` lists item by key (so reordering them is no change); other lists item by item;
+  scalars (and uncorrelated lists) with Go's ``reflect.DeepEqual`` (types must match: ``true`` is
+  not ``1``, ``1`` is not ``1.0``).
+- **Structural errors** of an unchanged node and of everything below it are ratcheted, so such a
+  subtree is not validated at all. Errors in uncorrelated items count for the nearest correlated
+  ancestor: the items of a changed ``atomic`` list are validated in full.
+- **List types.** Duplicate items of ``set`` lists and duplicate keys of ``map`` lists are checked
+  on the whole new object and reported only if the old object had no such error.
+- **CEL rules.** A rule that evaluates to false at (or below) an unchanged node is ratcheted unless
+  it is a transition rule (mentions ``oldSelf``): those are never ratcheted. Evaluation errors
+  (``no such key`` ...) are reported even at unchanged nodes, as in Kubernetes, where only a false
+  result goes through the ratcheting check. CREATE is never ratcheted.
+
+Ratcheting is what the real server does; it does not by itself avoid CEL work, since unchanged
+nodes must still be evaluated for evaluation errors. What avoids it is a cache of rule *outcomes*
+(passed, failed with its message, or the error) per compiled schema, keyed by the rule and by the
+values it can read: :attr:`~dispatcher.sandbox.fakeapi.cel.Program.dependencies` lists the field
+paths each expression reads from ``self`` and ``oldSelf`` (only presence for ``has()``), so a rule
+whose inputs are unchanged, like the ``spec`` rules on a ``/status`` write, is not evaluated again.
+A rule is a pure function of ``self`` and ``oldSelf``, so this cannot change any result.
+
+Sources checked (kubernetes/kubernetes and kubernetes/enhancements): KEP-4008 "CRD Validation
+Ratcheting" (milestones); the ``CRDValidationRatcheting`` entries of the versioned feature gates
+(1.28 alpha, 1.30 beta, 1.33 GA); ``apiextensions-apiserver/pkg/apiserver/validation/ratcheting.go``
+(structural errors of a node equal to its correlated old value become warnings);
+``apiserver/pkg/cel/common/equality.go`` (``CorrelatedObject``: ``Key``, ``Index``,
+``CachedDeepEqual``); ``apiextensions-apiserver/pkg/apiserver/schema/cel/validation.go``
+(``ratchetingOptions.shouldRatchetError``, the ``!UsesOldSelf`` condition, evaluation errors
+appended without the check, ``apiVersion``/``kind`` not correlated, ``MapIsCorrelatable``); the
+custom resource strategies' ``ValidateUpdate`` (list-type errors only if the old object had none);
+the ``ValidationRule`` API documentation (transition rules, ``optionalOldSelf``).
+
 Approximations: list equality in CEL is order-sensitive for every list type (Kubernetes compares
 ``set`` and ``map`` lists without regard to order); the ``int32``/``int64`` formats are not range
 checked; CEL cost limits are not modelled; ``metadata`` of embedded resources is kept unpruned;
-validation ratcheting (Kubernetes 1.30+ ignores errors in unchanged parts on UPDATE) is not
-modelled; a CEL evaluation error reads ``<cel error> evaluating rule: <message or rule>``; map
-entries are named ``m.key`` in structural errors and ``m[key]`` in CEL errors, as Kubernetes does.
+ratcheted errors are dropped (the real server returns them as warnings); the branches of
+``allOf``/``anyOf``/``oneOf``/``not`` of a changed node are validated without ratcheting inside
+them; items of a ``map`` list with a duplicate key correlate with the first old item of that key;
+a CEL evaluation error reads ``<cel error> evaluating rule: <message or rule>``; map entries are
+named ``m.key`` in structural errors and ``m[key]`` in CEL errors, as Kubernetes does.
 """
 
 from __future__ import annotations
@@ -54,6 +102,7 @@ from celpy import celtypes
 from dispatcher.sandbox.fakeapi.cel import (
     CELCompileError,
     CELEvalError,
+    Dependency,
     OptionalValue,
     Program,
     compile_cel,
@@ -270,9 +319,11 @@ class _Rule:
     reason: str
     field_path: str | None
     optional_old_self: bool
+    dependencies: tuple[Dependency, ...] = ()
 
     @property
     def transition(self) -> bool:
+        """True for a transition rule (its ``rule`` mentions ``oldSelf``); never ratcheted."""
         return self.program.references_old_self
 
 
@@ -333,6 +384,9 @@ class SchemaNode:
         )
         self.has_rules_below: bool = bool(self.rules) or any(
             n.has_rules_below for n in self._children()
+        )
+        self.has_list_types_below: bool = self._list_type in ("set", "map") or any(
+            n.has_list_types_below for n in self._children()
         )
 
     def _children(self) -> list[SchemaNode]:
@@ -397,14 +451,20 @@ class SchemaNode:
 def _compile_rule(raw: Mapping[str, Any]) -> _Rule:
     rule = raw["rule"]
     message_expression = raw.get("messageExpression")
+    program = compile_cel(rule)
+    message_program = compile_cel(message_expression) if message_expression else None
+    dependencies = set(program.dependencies)
+    if message_program is not None:
+        dependencies.update(message_program.dependencies)
     return _Rule(
         rule=rule,
-        program=compile_cel(rule),
+        program=program,
         message=raw.get("message") or None,
-        message_program=compile_cel(message_expression) if message_expression else None,
+        message_program=message_program,
         reason=raw.get("reason") or INVALID,
         field_path=raw.get("fieldPath") or None,
         optional_old_self=bool(raw.get("optionalOldSelf", False)),
+        dependencies=tuple(sorted(dependencies)),
     )
 
 
@@ -480,7 +540,21 @@ def _apply_defaults(node: SchemaNode | None, value: Any, root: bool = False) -> 
 # --- structural validation -----------------------------------------------------------------------
 
 
-def _validate(node: SchemaNode, value: Any, path: str, errors: list[FieldError]) -> None:
+def _validate(
+    node: SchemaNode,
+    value: Any,
+    path: str,
+    errors: list[FieldError],
+    old: Any = _MISSING,
+    ratchet: _Ratchet | None = None,
+) -> None:
+    """Structural errors of ``value`` at ``node``.
+
+    On UPDATE (``ratchet`` set), ``old`` is the correlated old value (``_MISSING`` where there is
+    none): a node equal to it is not validated, as all its errors would be ratcheted.
+    """
+    if ratchet is not None and old is not _MISSING and ratchet.equal(node, value, old):
+        return
     label = path or "."
     if value is None:
         if not node.nullable:
@@ -504,7 +578,7 @@ def _validate(node: SchemaNode, value: Any, path: str, errors: list[FieldError])
             )
         )
         return
-    _validate_value(node, value, path, errors)
+    _validate_value(node, value, path, errors, old, ratchet)
     for branch in node.all_of:
         _validate(branch, value, path, errors)
     if node.any_of and not any(_passes(branch, value, path) for branch in node.any_of):
@@ -529,7 +603,14 @@ def _passes(node: SchemaNode, value: Any, path: str) -> bool:
     return not found
 
 
-def _validate_value(node: SchemaNode, value: Any, path: str, errors: list[FieldError]) -> None:
+def _validate_value(
+    node: SchemaNode,
+    value: Any,
+    path: str,
+    errors: list[FieldError],
+    old: Any = _MISSING,
+    ratchet: _Ratchet | None = None,
+) -> None:
     label = path or "."
     if node.enum is not None and value not in node.enum:
         allowed = ", ".join(
@@ -543,9 +624,9 @@ def _validate_value(node: SchemaNode, value: Any, path: str, errors: list[FieldE
             )
         )
     if isinstance(value, dict):
-        _validate_object(node, value, path, errors)
+        _validate_object(node, value, path, errors, old, ratchet)
     elif isinstance(value, list):
-        _validate_array(node, value, path, errors)
+        _validate_array(node, value, path, errors, old, ratchet)
     elif isinstance(value, str):
         if node.max_length is not None and len(value) > node.max_length:
             errors.append(
@@ -619,7 +700,12 @@ def _validate_number(node: SchemaNode, value: float, path: str, errors: list[Fie
 
 
 def _validate_object(
-    node: SchemaNode, value: dict[str, Any], path: str, errors: list[FieldError]
+    node: SchemaNode,
+    value: dict[str, Any],
+    path: str,
+    errors: list[FieldError],
+    old: Any = _MISSING,
+    ratchet: _Ratchet | None = None,
 ) -> None:
     label = path or "."
     if node.max_properties is not None and len(value) > node.max_properties:
@@ -653,11 +739,19 @@ def _validate_object(
                     _invalid(child_path, item, f"{child_path} in body is a forbidden property")
                 )
             continue
-        _validate(sub, item, child_path, errors)
+        old_item = _MISSING
+        if ratchet is not None and isinstance(old, dict) and not (root and key in _ROOT_KEEP):
+            old_item = old.get(key, _MISSING)
+        _validate(sub, item, child_path, errors, old_item, ratchet)
 
 
 def _validate_array(
-    node: SchemaNode, value: list[Any], path: str, errors: list[FieldError]
+    node: SchemaNode,
+    value: list[Any],
+    path: str,
+    errors: list[FieldError],
+    old: Any = _MISSING,
+    ratchet: _Ratchet | None = None,
 ) -> None:
     label = path or "."
     if node.max_items is not None and len(value) > node.max_items:
@@ -686,8 +780,22 @@ def _validate_array(
             seen_json.add(text)
     items = node.items_node
     if items is not None:
+        correlate = (
+            _ratchet_correlation(node, old)
+            if ratchet is not None and isinstance(old, list)
+            else None
+        )
         for index, item in enumerate(value):
-            _validate(items, item, f"{path}[{index}]", errors)
+            old_item = correlate(index, item) if correlate is not None else _MISSING
+            _validate(items, item, f"{path}[{index}]", errors, old_item, ratchet)
+    if ratchet is None:  # on UPDATE, CompiledSchema.validate checks list types separately
+        _check_list_type(node, value, path, errors)
+
+
+def _check_list_type(
+    node: SchemaNode, value: list[Any], path: str, errors: list[FieldError]
+) -> None:
+    """Duplicate items of a ``set`` list and duplicate keys of a ``map`` list."""
     if node.list_type == "set":
         counts: dict[str, int] = {}
         for index, item in enumerate(value):
@@ -715,7 +823,38 @@ def _validate_array(
                 )
 
 
-# --- CEL -----------------------------------------------------------------------------------------
+def _list_type_errors(node: SchemaNode, value: Any, path: str, errors: list[FieldError]) -> None:
+    """The list-type errors of a whole object (``structurallisttype.ValidateListSetsAndMaps``)."""
+    if not node.has_list_types_below or not node.type_matches(value):
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if path == "" and key == "metadata":
+                continue
+            sub = node._child(key)
+            if sub is not None and item is not None:
+                _list_type_errors(sub, item, _child_path(path, key), errors)
+    elif isinstance(value, list):
+        items = node.items_node
+        if items is not None:
+            for index, item in enumerate(value):
+                if item is not None:
+                    _list_type_errors(items, item, f"{path}[{index}]", errors)
+        _check_list_type(node, value, path, errors)
+
+
+# --- ratcheting ----------------------------------------------------------------------------------
+
+
+def _strict_equal(a: Any, b: Any) -> bool:
+    """Go's ``reflect.DeepEqual`` of two unstructured values (types must match: 1 is not 1.0)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return len(a) == len(b) and all(k in b and _strict_equal(v, b[k]) for k, v in a.items())
+    if isinstance(a, list):
+        return len(a) == len(b) and all(map(_strict_equal, a, b))
+    return bool(a == b)
 
 
 def _map_list_key(node: SchemaNode, item: Any) -> str | None:
@@ -724,12 +863,135 @@ def _map_list_key(node: SchemaNode, item: Any) -> str | None:
     return json.dumps([item.get(k) for k in node.list_map_keys])
 
 
-class _CelRun:
-    """State of one CEL pass over an object: conversions are memoised per JSON container."""
+def _ratchet_correlation(node: SchemaNode, old: list[Any]) -> Any:
+    """A function (index, new item) -> the correlated old item or ``_MISSING``, for ratcheting.
+
+    Items of ``map`` lists correlate by key, items of lists without a list type by index; items
+    of ``set`` and ``atomic`` lists do not correlate (``CorrelatedObject.Index`` in Kubernetes).
+    """
+    if node.list_type == "map" and node.list_map_keys:
+        by_key: dict[str, Any] = {}
+        for old_item in old:
+            old_key = _map_list_key(node, old_item)
+            if old_key is not None:
+                by_key.setdefault(old_key, old_item)
+
+        def by_map_key(index: int, item: Any) -> Any:
+            key = _map_list_key(node, item)
+            found = by_key.get(key, _MISSING) if key is not None else _MISSING
+            return _MISSING if found is None else found
+
+        return by_map_key
+    if node.list_type in ("set", "atomic"):
+        return lambda index, item: _MISSING
+
+    def by_index(index: int, item: Any) -> Any:
+        found = old[index] if index < len(old) else None
+        return _MISSING if found is None else found
+
+    return by_index
+
+
+class _Ratchet:
+    """The equality test of validation ratcheting for one UPDATE, memoised per pair of containers.
+
+    Follows ``CorrelatedObject.CachedDeepEqual``: objects and maps are equal when they have the
+    same keys, every key has a schema node and every value is equal; ``map`` lists when they have
+    the same length and every new item has an old item with the same key that is equal (so order
+    does not matter); other lists with an item schema item by item; scalars (and lists without
+    correlation) with ``reflect.DeepEqual``.
+    """
 
     def __init__(self) -> None:
+        self._memo: dict[tuple[int, int], bool] = {}
+
+    def equal(self, node: SchemaNode | None, new: Any, old: Any) -> bool:
+        if not isinstance(new, (dict, list)):
+            return type(new) is type(old) and bool(new == old)
+        key = (id(new), id(old))
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._equal_container(node, new, old)
+            self._memo[key] = hit
+        return hit
+
+    def _equal_container(self, node: SchemaNode | None, new: Any, old: Any) -> bool:
+        if type(new) is not type(old) or len(new) != len(old):
+            return False
+        if isinstance(new, dict):
+            for key, item in new.items():
+                if key not in old:
+                    return False
+                sub = node._child(key) if node is not None else None
+                if sub is None or not self.equal(sub, item, old[key]):
+                    return False
+            return True
+        items = node.items_node if node is not None else None
+        if items is None or node is None or node.list_type in ("set", "atomic"):
+            return _strict_equal(new, old)
+        correlate = _ratchet_correlation(node, old)
+        for index, item in enumerate(new):
+            old_item = correlate(index, item)
+            if old_item is _MISSING or not self.equal(items, item, old_item):
+                return False
+        return True
+
+
+# --- CEL -----------------------------------------------------------------------------------------
+
+_OUTCOME_CACHE_SIZE = 2048
+_ABSENT = "\x00absent"
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """What evaluating one rule gave: passed, failed (with its message), or an error text."""
+
+    passed: bool
+    message: str | None = None  # failed: the rule's message (messageExpression evaluated)
+    error: str | None = None  # evaluation error, or "rule did not evaluate to a bool" text
+
+
+def _dump(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _project(base: Any, presence: bool, path: tuple[str, ...]) -> Any:
+    """What a rule can see at ``path`` of ``base`` (a hashable summary, part of a cache key)."""
+    if base is _MISSING:
+        return _ABSENT
+    current = base
+    for index, name in enumerate(path):
+        if not isinstance(current, dict):
+            return ("x", index, _dump(current))
+        if name not in current:
+            return ("a", index)
+        current = current[name]
+    if presence:
+        return ("p", current is None)
+    return ("v", _dump(current))
+
+
+def _outcome_key(rule: _Rule, value: Any, old: Any) -> tuple[Any, ...]:
+    """Key of the outcome cache: the rule and every value it can read (see ``Program``)."""
+    parts: list[Any] = [rule]
+    for variable, presence, path in rule.dependencies:
+        parts.append(_project(value if variable == "self" else old, presence, path))
+    return tuple(parts)
+
+
+class _CelRun:
+    """State of one CEL pass over an object: conversions are memoised per JSON container.
+
+    ``ratchet`` is set on UPDATE: a node equal to its correlated old value is *ratcheted*, and
+    a non-transition rule there (or below) that evaluates to false reports nothing.
+    """
+
+    def __init__(self, cache: dict[tuple[Any, ...], _Outcome], ratchet: _Ratchet | None) -> None:
         self.memo: dict[int, Any] = {}
         self.errors: list[FieldError] = []
+        self.cache = cache
+        self.ratchet = ratchet
 
     def convert(self, node: SchemaNode | None, value: Any, root: bool = False) -> Any:
         if isinstance(value, (dict, list)):
@@ -766,13 +1028,28 @@ class _CelRun:
         node: SchemaNode,
         value: Any,
         old: Any,
+        ratchet_old: Any,
         path: str,
         root: bool = False,
+        ratcheted: bool = False,
     ) -> None:
+        """Run the rules at ``node`` and below.
+
+        ``old`` is the old value as transition rules see it (``_MISSING`` if none); ``ratchet_old``
+        the old value as ratcheting correlates it (also by index in lists without a list type);
+        ``ratcheted`` is True below a node equal to its old value.
+        """
         if value is None or not node.has_rules_below or not node.type_matches(value):
             return
+        if (
+            not ratcheted
+            and self.ratchet is not None
+            and ratchet_old is not _MISSING
+            and self.ratchet.equal(node, value, ratchet_old)
+        ):
+            ratcheted = True
         if node.rules:
-            self._run_rules(node, value, old, path, root)
+            self._run_rules(node, value, old, path, root, ratcheted)
         if isinstance(value, dict):
             for key, item in value.items():
                 if root and key == "metadata":
@@ -785,8 +1062,11 @@ class _CelRun:
                 if sub is None or not sub.has_rules_below:
                     continue
                 old_item = old.get(key, _MISSING) if isinstance(old, dict) else _MISSING
+                ratchet_item = _MISSING
+                if isinstance(ratchet_old, dict) and not (root and key in _ROOT_KEEP):
+                    ratchet_item = ratchet_old.get(key, _MISSING)
                 child_path = f"{path}[{key}]" if in_map else _child_path(path, key)
-                self.walk(sub, item, old_item, child_path)
+                self.walk(sub, item, old_item, ratchet_item, child_path, ratcheted=ratcheted)
         elif isinstance(value, list):
             items = node.items_node
             if items is None or not items.has_rules_below:
@@ -797,31 +1077,32 @@ class _CelRun:
                     old_key = _map_list_key(node, old_item)
                     if old_key is not None:
                         old_by_key.setdefault(old_key, old_item)
+            correlate = (
+                _ratchet_correlation(node, ratchet_old)
+                if self.ratchet is not None and not ratcheted and isinstance(ratchet_old, list)
+                else None
+            )
             for index, item in enumerate(value):
                 old_item = _MISSING
                 if old_by_key:
                     item_key = _map_list_key(node, item)
                     if item_key is not None:
                         old_item = old_by_key.get(item_key, _MISSING)
-                self.walk(items, item, old_item, f"{path}[{index}]")
+                ratchet_item = correlate(index, item) if correlate is not None else _MISSING
+                self.walk(
+                    items, item, old_item, ratchet_item, f"{path}[{index}]", ratcheted=ratcheted
+                )
 
-    def _run_rules(self, node: SchemaNode, value: Any, old: Any, path: str, root: bool) -> None:
+    def _run_rules(
+        self, node: SchemaNode, value: Any, old: Any, path: str, root: bool, ratcheted: bool
+    ) -> None:
         has_old = old is not _MISSING and old is not None
-        self_value: Any = None
-        old_value: Any = None
         for rule in node.rules:
             if rule.transition and not has_old and not rule.optional_old_self:
                 continue
-            if self_value is None:
-                self_value = self.convert(node, value, root)
-            activation: dict[str, Any] = {"self": self_value}
-            if rule.transition:
-                if has_old and old_value is None:
-                    old_value = self.convert(node, old, root)
-                if rule.optional_old_self:
-                    activation["oldSelf"] = OptionalValue(old_value, has_old)
-                else:
-                    activation["oldSelf"] = old_value
+            outcome = self._outcome(node, rule, value, old, has_old, root)
+            if outcome.passed:
+                continue
             field = path
             if rule.field_path:
                 suffix = rule.field_path
@@ -830,28 +1111,51 @@ class _CelRun:
                     if suffix.startswith("[")
                     else _child_path(path, suffix.lstrip("."))
                 )
-            try:
-                result = rule.program.evaluate_cel(activation)
-            except CELEvalError as exc:
-                detail = f"{exc} evaluating rule: {rule.message or _compact(rule.rule)}"
-                self.errors.append(_invalid(field, node.cel_type_name, detail, INVALID))
+            if outcome.error is not None:
+                # Evaluation errors are reported even where the node is ratcheted (Kubernetes
+                # ratchets only a rule that evaluated to false).
+                self.errors.append(_invalid(field, node.cel_type_name, outcome.error, INVALID))
                 continue
-            is_bool = isinstance(result, (celtypes.BoolType, bool))
-            if is_bool and bool(result):
-                continue
-            if not is_bool:
-                self.errors.append(
-                    _invalid(
-                        field,
-                        node.cel_type_name,
-                        f"rule did not evaluate to a bool: {_compact(rule.rule)}",
-                        INVALID,
-                    )
-                )
-                continue
-            self.errors.append(
-                _rule_error(rule, field, node.cel_type_name, self._message(rule, activation))
+            if ratcheted and not rule.transition:
+                continue  # ratcheted: the value is unchanged since it was stored
+            assert outcome.message is not None
+            self.errors.append(_rule_error(rule, field, node.cel_type_name, outcome.message))
+
+    def _outcome(
+        self, node: SchemaNode, rule: _Rule, value: Any, old: Any, has_old: bool, root: bool
+    ) -> _Outcome:
+        """Evaluate ``rule`` (or reuse the outcome of an evaluation with the same inputs)."""
+        key = _outcome_key(rule, value, old if has_old else _MISSING)
+        hit = self.cache.get(key)
+        if hit is not None:
+            return hit
+        outcome = self._evaluate(node, rule, value, old, has_old, root)
+        if len(self.cache) >= _OUTCOME_CACHE_SIZE:
+            self.cache.clear()
+        self.cache[key] = outcome
+        return outcome
+
+    def _evaluate(
+        self, node: SchemaNode, rule: _Rule, value: Any, old: Any, has_old: bool, root: bool
+    ) -> _Outcome:
+        activation: dict[str, Any] = {"self": self.convert(node, value, root)}
+        if rule.transition:
+            old_value = self.convert(node, old, root) if has_old else None
+            if rule.optional_old_self:
+                activation["oldSelf"] = OptionalValue(old_value, has_old)
+            else:
+                activation["oldSelf"] = old_value
+        try:
+            result = rule.program.evaluate_cel(activation)
+        except CELEvalError as exc:
+            return _Outcome(
+                False, error=f"{exc} evaluating rule: {rule.message or _compact(rule.rule)}"
             )
+        if not isinstance(result, (celtypes.BoolType, bool)):
+            return _Outcome(False, error=f"rule did not evaluate to a bool: {_compact(rule.rule)}")
+        if bool(result):
+            return _Outcome(True)
+        return _Outcome(False, message=self._message(rule, activation))
 
     @staticmethod
     def _message(rule: _Rule, activation: Mapping[str, Any]) -> str:
@@ -890,6 +1194,8 @@ class CompiledSchema:
 
     def __init__(self, openapi_v3: Mapping[str, Any]) -> None:
         self._root = SchemaNode(openapi_v3)
+        # Outcomes of rule evaluations by rule and inputs (bounded; see _outcome_key).
+        self._outcomes: dict[tuple[Any, ...], _Outcome] = {}
 
     @property
     def root(self) -> StructureInfo:
@@ -918,9 +1224,25 @@ class CompiledSchema:
     def validate(self, obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> list[FieldError]:
         """Structural (F42) and CEL (F44, F45) errors of ``obj``; ``old`` None means CREATE."""
         errors: list[FieldError] = []
-        _validate(self._root, obj, "", errors)
-        run = _CelRun()
-        run.walk(self._root, obj, old if old is not None else _MISSING, "", root=True)
+        if old is None:
+            _validate(self._root, obj, "", errors)
+            run = _CelRun(self._outcomes, None)
+            run.walk(self._root, obj, _MISSING, _MISSING, "", root=True)
+            errors.extend(run.errors)
+            return errors
+        ratchet = _Ratchet()
+        _validate(self._root, obj, "", errors, old, ratchet)
+        # List-type errors are checked on the whole object, and reported only if the old object
+        # had none (the strategies' ValidateUpdate in apiextensions-apiserver).
+        list_errors: list[FieldError] = []
+        _list_type_errors(self._root, obj, "", list_errors)
+        if list_errors:
+            old_list_errors: list[FieldError] = []
+            _list_type_errors(self._root, old, "", old_list_errors)
+            if not old_list_errors:
+                errors.extend(list_errors)
+        run = _CelRun(self._outcomes, ratchet)
+        run.walk(self._root, obj, old, old, "", root=True)
         errors.extend(run.errors)
         return errors
 
