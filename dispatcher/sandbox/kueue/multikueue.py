@@ -16,12 +16,37 @@ connection::
 
     conn = ClusterConnection("manager", kubeconfig, [])
     core = CoreKueue(conn, config, clock, role="manager")
-    mk = MultiKueueManager(conn, config, clock)
-    await run_all(conn.run, core.run, mk.run)
+    jobs = JobAdapter(conn, config, clock, role="manager")
+    mk = MultiKueueManager(
+        conn,
+        config,
+        clock,
+        sync_remote_job=jobs.sync_remote_job,
+        remove_remote_job=jobs.remove_remote_job,
+    )
+    await run_all(conn.run, core.run, jobs.run, mk.run)
 
 Every status write to a manager Workload goes through :func:`.runtime.write_admission_status`
 (server-side apply as ``kueue-admission`` with the whole admission body, or a merge patch under the
-C45 gate), so the field-manager pitfall of C43 reproduces exactly.
+C45 gate; strict, with the resourceVersion), so the field-manager pitfall of C43 reproduces
+exactly: the admission write is refused with 422 and retried, and the Workload stays unadmitted.
+Refused writes are kept in :attr:`WorkloadController.status_write_errors`.
+
+Timers that Kueue runs on its clock (Incremental rounds, ``workerLostTimeout``, the GC period) use
+the injected clock; reconnect backoff and error retries use wall-clock time.
+
+Differences from Kueue v0.19, on purpose:
+
+* Workloads without owners (prebuilt) are dispatched (upstream rejects them with "No multikueue
+  adapter found"), so tests can drive bare Workloads; owners other than ``batch/v1`` Jobs are
+  rejected as upstream does (C22), Jobs must have ``spec.managedBy: kueue.x-k8s.io/multikueue``.
+* Remote copies are read from a per-cluster informer (label ``kueue.x-k8s.io/multikueue-origin``)
+  instead of a GET per reconcile; creates and deletes tolerate 409/404 from a stale cache.
+* The worker-lost wait (C29) runs from the check's ``lastTransitionTime``, as in v0.19.
+* ``locationType: Path`` kubeconfigs are refused (``BadKubeConfig``): the sandbox has no pod.
+* Not modelled: orchestrated preemption (C30, alpha), LeaderWorkerSet followers and elastic
+  workloads (C32), ClusterProfile sources (reported as ``MultiKueueClusterProfileFeatureDisabled``),
+  the webhook of C18 (a fake API server hook, not this controller).
 """
 
 from __future__ import annotations
