@@ -1,0 +1,1 @@
+"""Process wiring of ``multikueue-dispatcher run``: settings, the task tree, shutdown order."""
