@@ -14,6 +14,7 @@ import copy
 import functools
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
@@ -643,3 +644,113 @@ async def test_c28_s55_sync_remote_job_creates_the_worker_job_and_mirrors_its_st
         # C24: the remote Job is removed with the copy.
         await adapter.remove_remote_job(worker_client, local, "worker-h100")
         assert await wrk.job("sim") is None
+
+
+# --- end to end: Kueue core + MultiKueue + the Job adapter on a served topology -----------------
+
+
+async def test_s18_s55_job_on_the_manager_runs_on_a_worker_end_to_end(tmp_path: Path) -> None:
+    """A Job submitted to the manager runs on one worker only (C33), its status and finish come
+    back to the manager (C25, C28 step 2), and the worker's objects are removed (S11).
+
+    The clusters come from ``start_topology`` (generic topology, two workers); the manager runs
+    the core, the MultiKueue controllers with Kueue's default AllAtOnce dispatcher and the
+    adapter's hooks; every worker runs the core and the adapter.
+    """
+    core = pytest.importorskip("dispatcher.sandbox.kueue.core")
+    multikueue = pytest.importorskip("dispatcher.sandbox.kueue.multikueue")
+    from dispatcher.sandbox.serve import run_topology
+    from dispatcher.sandbox.topology import generic_topology
+
+    topology = generic_topology(["worker-1", "worker-2"])
+    config_ = KueueConfig(worker_lost_timeout_seconds=5.0)
+    clock = SystemClock()
+    async with (
+        run_topology(tmp_path / "kubeconfigs", topology) as sandbox,
+        contextlib.AsyncExitStack() as stack,
+    ):
+        runners: list[Callable[[], Awaitable[None]]] = []
+        conns: list[ClusterConnection] = []
+        adapters: dict[str, JobAdapter] = {}
+        mk: Any = None
+        for cluster in sandbox.clusters:
+            role = "manager" if cluster is sandbox.manager else "worker"
+            conn = ClusterConnection(cluster.name, cluster.kubeconfig, ())
+            kueue_core = core.CoreKueue(conn, config_, clock, role=role)
+            adapter = JobAdapter(conn, config_, clock, role=role)
+            adapters[cluster.name] = adapter
+            runners += [conn.run, kueue_core.run, adapter.run]
+            if role == "manager":
+                mk = multikueue.MultiKueueManager(
+                    conn,
+                    config_,
+                    clock,
+                    sync_remote_job=adapter.sync_remote_job,
+                    remove_remote_job=adapter.remove_remote_job,
+                )
+                runners.append(mk.run)
+            conns.append(conn)
+        tasks = [asyncio.create_task(runner()) for runner in runners]  # type: ignore[arg-type]
+        try:
+            mgr = Api(await stack.enter_async_context(api_for(sandbox.manager)))
+            workers = {
+                w.name: Api(await stack.enter_async_context(api_for(w))) for w in sandbox.workers
+            }
+            body = job_body("e2e", parallelism=1, annotations={RUN_SECONDS_ANNOTATION: "0.5"})
+            body["spec"]["template"]["spec"].pop("nodeSelector")
+            body["spec"]["template"]["spec"]["containers"][0]["resources"] = {
+                "requests": {"cpu": "1"}
+            }
+            job = await mgr.create_job(body)
+            name = workload_name_for_job("e2e", job["metadata"]["uid"])
+
+            async def finished() -> Obj | None:
+                return get_cond(await mgr.workload(name), "Finished")
+
+            done = await eventually(finished, "the manager Workload to finish")
+            assert done["reason"] == "Succeeded"
+            local = await mgr.workload(name) or {}
+            winner = local["status"]["clusterName"]
+            assert winner in workers
+
+            async def manager_job_complete() -> Obj | None:
+                found = await mgr.job("e2e")
+                return found if get_cond(found, "Complete") else None
+
+            final = await eventually(manager_job_complete, "the final status on the manager")
+            assert final["status"]["succeeded"] == 1
+            assert final["spec"]["managedBy"] == "kueue.x-k8s.io/multikueue"
+
+            async def worker_objects_gone() -> bool:
+                for api in workers.values():
+                    if await api.workloads() or await api.job("e2e") is not None:
+                        return False
+                return True
+
+            await eventually(worker_objects_gone, "the worker copies and Jobs to go (S11)")
+            # C33: the real Job was only ever created on the winner (copies went everywhere).
+            created_jobs = {
+                w.name: [
+                    e
+                    for e in w.journal.entries()
+                    if e.method == "POST" and e.path.endswith("/jobs") and e.status == 201
+                ]
+                for w in sandbox.workers
+            }
+            assert {n: len(e) for n, e in created_jobs.items()} == {
+                n: int(n == winner) for n in workers
+            }
+            for w in sandbox.workers:  # AllAtOnce: a Workload copy on every worker
+                assert any(
+                    e.method == "POST" and e.path.endswith("/workloads") and e.status == 201
+                    for e in w.journal.entries()
+                ), w.name
+            assert all(a.errors == 0 for a in adapters.values())
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            for adapter in adapters.values():
+                adapter.cancel_timers()
+            for conn in conns:
+                await conn.close()

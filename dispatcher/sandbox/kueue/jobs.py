@@ -448,10 +448,11 @@ class JobAdapter(Controller):
         if _workload_ready_to_run(wl):
             if _suspended(job):
                 await self._start_job(job, wl)
-            elif _runs_here(job):
-                await self._mark_running(job)
+                return None
         elif not _suspended(job):
             await self._stop_job(job, wl)
+            return None
+        await self._job_controller(job)
         return None
 
     # --- workloads -----------------------------------------------------------------------------
@@ -570,6 +571,8 @@ class JobAdapter(Controller):
             return None
         if not _suspended(job):
             await self._patch_job_spec(job, {"suspend": True})
+        else:
+            await self._job_controller(job)
         return None
 
     async def _collect_garbage(self, wl: Obj, live_uids: set[tuple[str, str]]) -> None:
@@ -680,12 +683,6 @@ class JobAdapter(Controller):
         if selector:
             template_spec["nodeSelector"] = selector
         await self._patch_job_spec(job, {"suspend": True, "template": {"spec": template_spec}})
-        if _runs_here(job) and (job.get("status") or {}).get("startTime"):
-            status: Obj = {"active": 0, "ready": 0, "startTime": None}
-            status["conditions"] = self._with_condition(
-                job, "Suspended", "True", "JobSuspended", "Job suspended"
-            )
-            await self._patch_job_status(job, status, KUBE_JOB_CONTROLLER)
 
     def _with_condition(
         self, job: Obj, kind: str, value: str, reason: str, message: str
@@ -711,23 +708,45 @@ class JobAdapter(Controller):
         )
         return conditions
 
-    async def _mark_running(self, job: Obj) -> None:
-        """The Job controller's view of a started Job: ``startTime`` and ``active`` pods."""
-        status = job.get("status") or {}
-        if status.get("startTime"):
+    async def _job_controller(self, job: Obj) -> None:
+        """The Job controller's status for a Job that runs here, from ``spec.suspend``.
+
+        Suspended: condition ``Suspended=True`` (``JobSuspended``), no active pods, no
+        ``startTime``. Running: ``startTime``, ``active`` pods and, after a suspension,
+        ``Suspended=False`` (``JobResumed``). Level-triggered: written only when it differs.
+        """
+        if not _runs_here(job) or _job_finished(job)[0]:
             return
-        count = _pods_count(job)
-        patch: Obj = {
-            "startTime": timestamp(self.clock),
-            "active": count,
-            "ready": count,
-            "terminating": 0,
-            "uncountedTerminatedPods": {},
-        }
-        if condition(status, "Suspended") is not None:
+        status = job.get("status") or {}
+        suspended = condition(status, "Suspended")
+        patch: Obj
+        if _suspended(job):
+            if (
+                suspended is not None
+                and suspended.get("status") == "True"
+                and not status.get("startTime")
+                and not status.get("active")
+            ):
+                return
+            patch = {"active": 0, "ready": 0, "startTime": None}
             patch["conditions"] = self._with_condition(
-                job, "Suspended", "False", "JobResumed", "Job resumed"
+                job, "Suspended", "True", "JobSuspended", "Job suspended"
             )
+        else:
+            if status.get("startTime") and (suspended is None or suspended.get("status") != "True"):
+                return
+            count = _pods_count(job)
+            patch = {
+                "startTime": status.get("startTime") or timestamp(self.clock),
+                "active": count,
+                "ready": count,
+                "terminating": 0,
+                "uncountedTerminatedPods": {},
+            }
+            if suspended is not None:
+                patch["conditions"] = self._with_condition(
+                    job, "Suspended", "False", "JobResumed", "Job resumed"
+                )
         await self._patch_job_status(job, patch, KUBE_JOB_CONTROLLER)
 
     async def _complete_job(self, job: Obj, wl: Obj, finished: Mapping[str, Any]) -> None:
