@@ -149,7 +149,9 @@ class _Expired(Exception):
 class _WatchState:
     def __init__(self, resource_version: str) -> None:
         self.resource_version = resource_version
-        self.events = 0
+        self.events = 0  # object events of the current stream
+        self.lines = 0  # lines of any kind (bookmarks too) of the current stream
+        self.quiet = False  # the current stream ended on the inactivity deadline
 
 
 async def list_watch(
@@ -206,9 +208,12 @@ async def list_watch(
                         state.events = 0
                         await _failed(send, error, backoff, clock, "watch", path)
                         continue
-                    if state.events:
+                    if state.lines == 0 and not state.quiet:
+                        # The server closed an empty stream at once: do not spin on it.
+                        await clock.sleep(backoff.next_delay())
+                    elif state.events:
                         backoff.reset()
-                        state.events = 0
+                    state.events = 0
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             log.debug("watch %s: the receiver is gone", path)
 
@@ -292,6 +297,8 @@ async def _watch_once(
             raise _Expired from error
         raise
     inactivity = settings.inactivity_timeout
+    state.lines = 0
+    state.quiet = False
     try:
         await send.send(Watching(state.resource_version))
         buffer = bytearray()
@@ -301,12 +308,14 @@ async def _watch_once(
             ) as scope:
                 chunk = await response.content.readany()
             if scope.cancelled_caught:
-                log.info("watch %s: nothing for %.0fs, watching again", path, inactivity)
+                log.info("watch %s: nothing for %.1fs, watching again", path, inactivity)
+                state.quiet = True
                 return
             if not chunk:
                 return  # the server ended the stream (timeoutSeconds or shutdown)
             buffer.extend(chunk)
             for line in _lines(buffer):
+                state.lines += 1
                 await _handle(line, state, send)
     except TRANSPORT_ERRORS as error:
         raise translate(error) from error
