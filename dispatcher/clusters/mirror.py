@@ -1,0 +1,136 @@
+"""Live caches of one cluster's objects, fed by the list-then-watch loop of :mod:`dispatcher.k8s`.
+
+A :class:`Mirror` runs one :func:`~dispatcher.k8s.watching.list_watch` per resource and applies
+its events to an :class:`~dispatcher.k8s.watching.ObjectCache`. Decisions read these caches;
+nothing asks the API per decision. A resource marked optional (Nodes, which worker RBAC may not
+grant, contract C66) that answers 403 or 404 is reported unavailable instead of holding the
+mirror in "disconnected".
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import anyio
+from anyio.abc import TaskStatus
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from dispatcher.k8s.client import KubeApi
+from dispatcher.k8s.clock import SYSTEM_CLOCK, Clock
+from dispatcher.k8s.resources import ResourceRef
+from dispatcher.k8s.watching import (
+    Disconnected,
+    ObjectCache,
+    WatchItem,
+    WatchSettings,
+    list_watch,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Mirror", "Watched"]
+
+ChangeCallback = Callable[[str, WatchItem], None]
+"""Called with the resource name and the event, after the cache applied it."""
+
+
+@dataclass(frozen=True)
+class Watched:
+    """One resource a mirror keeps: where it is, which part of it, whether it may be missing."""
+
+    resource: ResourceRef
+    namespace: str | None = None
+    label_selector: str | None = None
+    optional: bool = False
+
+
+class Mirror:
+    """The caches of one cluster."""
+
+    def __init__(
+        self,
+        name: str,
+        api: KubeApi,
+        watched: Mapping[str, Watched],
+        *,
+        settings: WatchSettings | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        on_change: ChangeCallback | None = None,
+    ) -> None:
+        self.name = name
+        self.api = api
+        self.watched = dict(watched)
+        self.caches = {key: ObjectCache() for key in watched}
+        self.unavailable: dict[str, str] = {}
+        """Optional resources the cluster does not serve us, with the reason."""
+        self.last_error = ""
+        self._settings = settings or WatchSettings()
+        self._clock = clock
+        self._on_change = on_change
+
+    @property
+    def synced(self) -> bool:
+        """Every required resource has been listed at least once."""
+        return all(
+            cache.synced
+            for key, cache in self.caches.items()
+            if key not in self.unavailable or not self.watched[key].optional
+        )
+
+    @property
+    def connected(self) -> bool:
+        """Every required resource's stream is healthy right now."""
+        return all(
+            cache.synced and cache.connected
+            for key, cache in self.caches.items()
+            if not self.watched[key].optional
+        )
+
+    def cache(self, key: str) -> ObjectCache:
+        """The cache of one resource."""
+        return self.caches[key]
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Watch every resource until cancelled; ``started`` once every watch is running."""
+        async with anyio.create_task_group() as group:
+            for key, spec in self.watched.items():
+                send, receive = anyio.create_memory_object_stream[WatchItem](256)
+                group.start_soon(self._consume, key, receive)
+                group.start_soon(self._watch, spec, send)
+            task_status.started()
+
+    async def _watch(self, spec: Watched, send: MemoryObjectSendStream[WatchItem]) -> None:
+        await list_watch(
+            self.api,
+            spec.resource,
+            send,
+            namespace=spec.namespace,
+            label_selector=spec.label_selector,
+            settings=self._settings,
+            clock=self._clock,
+        )
+
+    async def _consume(self, key: str, receive: MemoryObjectReceiveStream[WatchItem]) -> None:
+        cache = self.caches[key]
+        spec = self.watched[key]
+        async with receive:
+            async for item in receive:
+                if isinstance(item, Disconnected):
+                    self.last_error = f"{spec.resource.plural}: {item.error}"
+                    if spec.optional and item.status in (403, 404):
+                        if key not in self.unavailable:
+                            log.info(
+                                "cluster %s: %s unavailable (%s); continuing without it",
+                                self.name,
+                                spec.resource.plural,
+                                item.status,
+                                extra={"cluster": self.name},
+                            )
+                        self.unavailable[key] = item.error
+                else:
+                    self.unavailable.pop(key, None)
+                cache.apply(item)
+                if self._on_change is not None:
+                    self._on_change(key, item)

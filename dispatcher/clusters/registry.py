@@ -1,0 +1,393 @@
+"""The registry of worker clusters: kubeconfig Secrets in, one supervised mirror per worker out.
+
+The manager mirror watches ``MultiKueueCluster``, ``MultiKueueConfig`` and ``AdmissionCheck``
+objects, the Secrets of Kueue's namespace, and the manager's Workloads and ClusterQueues. For
+every MultiKueueCluster the registry resolves its kubeconfig Secret (contract C10), validates it
+as Kueue does (C62) and runs a supervisor that builds a client and a worker :class:`Mirror`
+(ClusterQueues, LocalQueues, ResourceFlavors, Workloads, and Nodes where RBAC allows).
+
+One broken worker never affects the others: a bad Secret marks that worker ``Unusable`` with the
+reason, a failing client is retried with backoff inside its own supervisor, and a changed Secret
+(rotation) or a deleted MultiKueueCluster replaces or stops just that supervisor.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import ssl
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+
+from dispatcher.clusters.mirror import Mirror, Watched
+from dispatcher.k8s.client import KubeApi
+from dispatcher.k8s.clock import SYSTEM_CLOCK, Clock
+from dispatcher.k8s.errors import ApiError
+from dispatcher.k8s.kubeconfig import BAD, KubeconfigError, ValidKubeconfig, kubeconfig_from_secret
+from dispatcher.k8s.resources import (
+    ADMISSION_CHECKS,
+    CLUSTER_QUEUES,
+    LOCAL_QUEUES,
+    MULTIKUEUE_CLUSTERS,
+    MULTIKUEUE_CONFIGS,
+    NODES,
+    RESOURCE_FLAVORS,
+    SECRETS,
+    WORKLOADS,
+)
+from dispatcher.k8s.watching import Backoff, BackoffPolicy, WatchItem, WatchSettings
+from dispatcher.kueue.eligibility import MULTIKUEUE_CONTROLLER
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "MANAGER",
+    "Candidate",
+    "ClusterRegistry",
+    "Worker",
+    "WorkerState",
+]
+
+MANAGER = ""
+"""The cluster name callbacks use for the manager cluster."""
+
+ClientFactory = Callable[[Mapping[str, Any], str], Awaitable[KubeApi]]
+ChangeCallback = Callable[[str, str, WatchItem], None]
+"""``(cluster, resource, event)``; cluster is :data:`MANAGER` for the manager."""
+
+MANAGER_RESOURCES = ("workloads", "clusterqueues", "multikueueclusters", "multikueueconfigs")
+WORKER_RESOURCES: dict[str, Watched] = {
+    "clusterqueues": Watched(CLUSTER_QUEUES),
+    "localqueues": Watched(LOCAL_QUEUES),
+    "resourceflavors": Watched(RESOURCE_FLAVORS),
+    "workloads": Watched(WORKLOADS),
+    "nodes": Watched(NODES, optional=True),
+}
+
+
+@dataclass
+class WorkerState:
+    """What the dispatcher knows about its connection to one worker."""
+
+    phase: str
+    """``Unusable`` (bad configuration), ``Connecting``, ``Connected`` or ``Disconnected``."""
+    reason: str
+    message: str
+    since: float
+
+
+@dataclass
+class Worker:
+    """One MultiKueueCluster and its supervisor."""
+
+    name: str
+    fingerprint: str
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    mirror: Mirror | None = None
+    state: WorkerState = field(
+        default_factory=lambda: WorkerState("Connecting", "Connecting", "", 0.0)
+    )
+
+    @property
+    def connected(self) -> bool:
+        """Our own mirror of the worker is synced and streaming."""
+        return self.mirror is not None and self.mirror.connected
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A cluster of a MultiKueueConfig, as the controller sees it for one decision."""
+
+    name: str
+    order: int
+    active: bool
+    reason: str
+    labels: Mapping[str, str]
+    worker: Worker | None
+
+
+def _condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    for item in (obj.get("status") or {}).get("conditions") or []:
+        if item.get("type") == kind:
+            found: Mapping[str, Any] = item
+            return found
+    return None
+
+
+async def _default_client(config: Mapping[str, Any], name: str) -> KubeApi:
+    return await KubeApi.from_kubeconfig(config, name=name)
+
+
+class ClusterRegistry:
+    """The manager mirror, the worker supervisors, and the candidate clusters of each check."""
+
+    def __init__(
+        self,
+        manager_api: KubeApi,
+        *,
+        kueue_namespace: str = "kueue-system",
+        watch_settings: WatchSettings | None = None,
+        reconnect: BackoffPolicy | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        on_change: ChangeCallback | None = None,
+        client_factory: ClientFactory = _default_client,
+    ) -> None:
+        self.kueue_namespace = kueue_namespace
+        self.workers: dict[str, Worker] = {}
+        self._clock = clock
+        self._settings = watch_settings or WatchSettings()
+        self._reconnect = reconnect or BackoffPolicy(initial=1.0, maximum=60.0)
+        self._on_change = on_change
+        self._client_factory = client_factory
+        self._group: TaskGroup | None = None
+        self.manager = Mirror(
+            "manager",
+            manager_api,
+            {
+                "workloads": Watched(WORKLOADS),
+                "clusterqueues": Watched(CLUSTER_QUEUES),
+                "multikueueclusters": Watched(MULTIKUEUE_CLUSTERS),
+                "multikueueconfigs": Watched(MULTIKUEUE_CONFIGS),
+                "admissionchecks": Watched(ADMISSION_CHECKS),
+                "secrets": Watched(SECRETS, namespace=kueue_namespace),
+            },
+            settings=self._settings,
+            clock=clock,
+            on_change=self._manager_changed,
+        )
+
+    # --- running ------------------------------------------------------------------------------
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Mirror the manager and supervise the workers until cancelled."""
+        async with anyio.create_task_group() as group:
+            self._group = group
+            await group.start(self.manager.run)
+            task_status.started()
+            self._resync()
+        self._group = None
+
+    def _manager_changed(self, resource: str, item: WatchItem) -> None:
+        if resource in ("multikueueclusters", "secrets"):
+            self._resync()
+        if self._on_change is not None and resource != "secrets":
+            self._on_change(MANAGER, resource, item)
+
+    def _now(self) -> float:
+        return self._clock.monotonic()
+
+    def _resync(self) -> None:
+        """Start, replace or stop worker supervisors to match MultiKueueClusters and Secrets."""
+        if self._group is None:
+            return
+        wanted: dict[str, tuple[str, ValidKubeconfig | KubeconfigError]] = {}
+        for mkc in self.manager.cache("multikueueclusters").items():
+            name = mkc["metadata"]["name"]
+            wanted[name] = self._resolve(mkc)
+        for name in list(self.workers):
+            if name not in wanted:
+                self._stop(name, "MultiKueueCluster deleted")
+        for name, (fingerprint, resolved) in wanted.items():
+            current = self.workers.get(name)
+            if current is not None and current.fingerprint == fingerprint:
+                continue
+            if current is not None:
+                self._stop(name, "kubeconfig changed")
+            worker = Worker(name, fingerprint)
+            self.workers[name] = worker
+            if isinstance(resolved, KubeconfigError):
+                worker.state = WorkerState(
+                    "Unusable", resolved.reason, resolved.message, self._now()
+                )
+                log.warning(
+                    "worker %s is unusable: %s",
+                    name,
+                    resolved,
+                    extra={"cluster": name, "reason": resolved.reason},
+                )
+                self._notify(name)
+                continue
+            self._group.start_soon(self._supervise, worker, resolved)
+
+    def _resolve(self, mkc: Mapping[str, Any]) -> tuple[str, ValidKubeconfig | KubeconfigError]:
+        """The kubeconfig of a MultiKueueCluster and a fingerprint of where it came from."""
+        name = mkc["metadata"]["name"]
+        source = (mkc.get("spec") or {}).get("clusterSource") or {}
+        kubeconfig = source.get("kubeConfig")
+        if not kubeconfig:
+            if source.get("clusterProfileRef"):
+                error = KubeconfigError(
+                    BAD, "spec.clusterSource.clusterProfileRef: ClusterProfile is not supported"
+                )
+            else:
+                error = KubeconfigError(BAD, "spec.clusterSource.kubeConfig: not set")
+            return f"error:{error.message}", error
+        if kubeconfig.get("locationType", "Secret") != "Secret":
+            error = KubeconfigError(
+                BAD,
+                "spec.clusterSource.kubeConfig.locationType: Path is not supported: the "
+                "dispatcher reads worker kubeconfigs from Secrets only",
+            )
+            return f"error:{error.message}", error
+        secret_name = str(kubeconfig.get("location") or "")
+        secret = self.manager.cache("secrets").get(secret_name, self.kueue_namespace)
+        if secret is None:
+            error = KubeconfigError(
+                BAD,
+                f'spec.clusterSource.kubeConfig.location: secret "{self.kueue_namespace}/'
+                f'{secret_name}" not found (MultiKueueCluster {name})',
+            )
+            return f"error:{error.message}", error
+        data = str((secret.get("data") or {}).get("kubeconfig") or "")
+        fingerprint = hashlib.sha256(f"{secret_name}\0{data}".encode()).hexdigest()
+        try:
+            return fingerprint, kubeconfig_from_secret(secret)
+        except KubeconfigError as error:
+            return fingerprint, error
+
+    def _stop(self, name: str, why: str) -> None:
+        worker = self.workers.pop(name, None)
+        if worker is not None:
+            log.info("worker %s: stopping (%s)", name, why, extra={"cluster": name})
+            worker.scope.cancel()
+            self._notify(name)
+
+    def _notify(self, name: str) -> None:
+        if self._on_change is not None:
+            from dispatcher.k8s.watching import Disconnected
+
+            self._on_change(name, "connection", Disconnected("state changed", 0, 0.0))
+
+    def _set_state(self, worker: Worker, phase: str, reason: str, message: str) -> None:
+        if (worker.state.phase, worker.state.reason) != (phase, reason):
+            worker.state = WorkerState(phase, reason, message, self._now())
+            log.info(
+                "worker %s: %s (%s) %s",
+                worker.name,
+                phase,
+                reason,
+                message,
+                extra={"cluster": worker.name, "reason": reason},
+            )
+            self._notify(worker.name)
+        else:
+            worker.state.message = message
+
+    async def _supervise(self, worker: Worker, config: ValidKubeconfig) -> None:
+        """Connect to one worker and keep its mirror running; retry with backoff on failure."""
+        backoff = Backoff(self._reconnect)
+        with worker.scope:
+            while True:
+                try:
+                    api = await self._client_factory(config.config, worker.name)
+                except KubeconfigError as error:
+                    self._set_state(worker, "Unusable", error.reason, error.message)
+                    return
+                except (ApiError, ssl.SSLError, OSError, ValueError) as error:
+                    self._set_state(
+                        worker, "Disconnected", "ClientConnectionFailed", type(error).__name__
+                    )
+                    await self._clock.sleep(backoff.next_delay())
+                    continue
+                try:
+                    mirror = Mirror(
+                        worker.name,
+                        api,
+                        WORKER_RESOURCES,
+                        settings=self._settings,
+                        clock=self._clock,
+                        on_change=functools.partial(self._worker_changed, worker),
+                    )
+                    worker.mirror = mirror
+                    await mirror.run()
+                finally:
+                    worker.mirror = None
+                    with anyio.CancelScope(shield=True):
+                        await api.close()
+
+    def _worker_changed(self, worker: Worker, resource: str, item: WatchItem) -> None:
+        mirror = worker.mirror
+        if mirror is not None:
+            if mirror.connected:
+                self._set_state(worker, "Connected", "Connected", "")
+            elif mirror.synced:
+                self._set_state(worker, "Disconnected", "ClientConnectionFailed", mirror.last_error)
+            else:
+                self._set_state(worker, "Connecting", "Connecting", mirror.last_error)
+        if self._on_change is not None:
+            self._on_change(worker.name, resource, item)
+
+    # --- queries ------------------------------------------------------------------------------
+
+    @property
+    def synced(self) -> bool:
+        """The manager mirror has listed everything once (readiness)."""
+        return self.manager.synced
+
+    def multikueue_checks(self) -> set[str]:
+        """Names of AdmissionChecks handled by MultiKueue (C8, C21)."""
+        return {
+            ac["metadata"]["name"]
+            for ac in self.manager.cache("admissionchecks").items()
+            if (ac.get("spec") or {}).get("controllerName") == MULTIKUEUE_CONTROLLER
+        }
+
+    def config_of(self, check: str) -> tuple[str | None, list[str], str]:
+        """``(config name, its clusters in order, problem)`` for a MultiKueue check (C50)."""
+        ac = self.manager.cache("admissionchecks").get(check)
+        if ac is None:
+            return None, [], f"AdmissionCheck {check} not found"
+        params = (ac.get("spec") or {}).get("parameters") or {}
+        if params.get("kind") != "MultiKueueConfig" or not params.get("name"):
+            return None, [], f"AdmissionCheck {check}: spec.parameters names no MultiKueueConfig"
+        config_name = str(params["name"])
+        config = self.manager.cache("multikueueconfigs").get(config_name)
+        if config is None:
+            return config_name, [], f"MultiKueueConfig {config_name} not found"
+        clusters = [str(c) for c in (config.get("spec") or {}).get("clusters") or []]
+        return config_name, clusters, ""
+
+    def candidates(self, check: str) -> tuple[list[Candidate], str]:
+        """The clusters a workload gated by ``check`` may go to, with their state, in config
+        order; plus a problem text when the configuration itself is broken.
+
+        A cluster is active when our own mirror of it is connected **and** Kueue reports its
+        MultiKueueCluster ``Active=True`` (Kueue creates copies only there, C32, C50).
+        """
+        _, names, problem = self.config_of(check)
+        found: list[Candidate] = []
+        for order, name in enumerate(names):
+            mkc = self.manager.cache("multikueueclusters").get(name)
+            worker = self.workers.get(name)
+            labels: Mapping[str, str] = ((mkc or {}).get("metadata") or {}).get("labels") or {}
+            if mkc is None:
+                found.append(Candidate(name, order, False, "MultiKueueCluster not found", {}, None))
+                continue
+            active = _condition(mkc, "Active")
+            if worker is None or not worker.connected:
+                state = worker.state if worker is not None else None
+                reason = (
+                    f"{state.phase}: {state.reason} {state.message}".strip()
+                    if state is not None
+                    else "not connected"
+                )
+                found.append(Candidate(name, order, False, reason, labels, worker))
+            elif active is None or active.get("status") != "True":
+                reason = (
+                    f"Kueue reports Active={active.get('status')} ({active.get('reason')})"
+                    if active is not None
+                    else "Kueue has not connected to it yet"
+                )
+                found.append(Candidate(name, order, False, reason, labels, worker))
+            else:
+                found.append(Candidate(name, order, True, "", labels, worker))
+        return found, problem
+
+    def states(self) -> dict[str, WorkerState]:
+        """Connection state of every known worker."""
+        return {name: worker.state for name, worker in sorted(self.workers.items())}

@@ -1,0 +1,307 @@
+"""The worker registry: kubeconfig Secrets → supervised mirrors (issue 5 scope 2 and 3).
+
+Everything runs against fake API servers over HTTPS; the registry sees the manager through a
+kubernetes_asyncio client, exactly as in production.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import pytest
+import yaml
+from kubernetes_asyncio import client
+
+from dispatcher.clusters.registry import ClusterRegistry
+from dispatcher.k8s.client import KubeApi
+from dispatcher.k8s.watching import BackoffPolicy, WatchSettings
+from dispatcher.sandbox.fakeapi import FakeCluster
+from dispatcher.sandbox.kueue_crds import KUEUE_SHORT_FORMS
+
+NS = "kueue-system"
+KUEUE = "kueue.x-k8s.io"
+V = "v1beta2"
+FAST = WatchSettings(
+    server_timeout=30, inactivity_timeout=None, backoff=BackoffPolicy(0.05, 2, 0.2)
+)
+
+
+def secret(name: str, kubeconfig: dict[str, Any] | str) -> dict[str, Any]:
+    text = kubeconfig if isinstance(kubeconfig, str) else yaml.safe_dump(kubeconfig)
+    return {
+        "metadata": {"name": name, "namespace": NS},
+        "data": {"kubeconfig": base64.b64encode(text.encode()).decode()},
+    }
+
+
+def mkc(name: str, secret_name: str, location_type: str = "Secret") -> dict[str, Any]:
+    return {
+        "apiVersion": f"{KUEUE}/{V}",
+        "kind": "MultiKueueCluster",
+        "metadata": {"name": name, "labels": {"team": "ml"}},
+        "spec": {
+            "clusterSource": {
+                "kubeConfig": {"location": secret_name, "locationType": location_type}
+            }
+        },
+    }
+
+
+@dataclass
+class Env:
+    manager: FakeCluster
+    workers: dict[str, FakeCluster]
+    api: client.ApiClient
+    registry: ClusterRegistry
+    changes: list[tuple[str, str]]
+
+    async def wait(self, predicate: Callable[[], bool], within: float = 10) -> None:
+        """Wait until ``predicate()`` holds, re-checking on every registry change."""
+        with anyio.fail_after(within):
+            while not predicate():
+                await self.changed.wait()
+
+    changed: anyio.Event = field(default_factory=anyio.Event)
+
+    async def create_mkc(self, body: dict[str, Any]) -> None:
+        await client.CustomObjectsApi(self.api).create_cluster_custom_object(
+            KUEUE, V, "multikueueclusters", body
+        )
+
+    async def put_secret(self, body: dict[str, Any]) -> None:
+        core = client.CoreV1Api(self.api)
+        try:
+            await core.create_namespaced_secret(NS, body)
+        except client.ApiException as error:
+            if error.status != 409:
+                raise
+            await core.replace_namespaced_secret(body["metadata"]["name"], NS, body)
+
+    async def set_active(self, name: str, active: bool) -> None:
+        await client.CustomObjectsApi(self.api).patch_cluster_custom_object_status(
+            KUEUE,
+            V,
+            "multikueueclusters",
+            name,
+            {
+                "status": {
+                    "conditions": [
+                        {
+                            "type": "Active",
+                            "status": "True" if active else "False",
+                            "reason": "Active" if active else "ClientConnectionFailed",
+                            "message": "Connected" if active else "down",
+                            "lastTransitionTime": "2026-01-01T00:00:00Z",
+                        }
+                    ]
+                }
+            },
+            _content_type="application/merge-patch+json",
+        )
+
+
+@asynccontextmanager
+async def environment(worker_names: tuple[str, ...] = ("w1", "w2")) -> AsyncIterator[Env]:
+    from kubernetes_asyncio import config
+
+    manager = FakeCluster("manager", resources=KUEUE_SHORT_FORMS)
+    workers = {n: FakeCluster(n, resources=KUEUE_SHORT_FORMS) for n in worker_names}
+    for cluster in (manager, *workers.values()):
+        await cluster.start()
+    try:
+        api = await config.new_client_from_config_dict(manager.kubeconfig)
+        async with api:
+            await client.CoreV1Api(api).create_namespace({"metadata": {"name": NS}})
+            manager_api = await KubeApi.from_kubeconfig(manager.kubeconfig, name="manager")
+            env: Env
+            changes: list[tuple[str, str]] = []
+
+            def on_change(cluster: str, resource: str, item: object) -> None:
+                changes.append((cluster, resource))
+                event, env.changed = env.changed, anyio.Event()
+                event.set()
+
+            registry = ClusterRegistry(
+                manager_api,
+                kueue_namespace=NS,
+                watch_settings=FAST,
+                reconnect=BackoffPolicy(0.05, 2, 0.2),
+                on_change=on_change,
+            )
+            env = Env(manager, workers, api, registry, changes)
+            async with manager_api, anyio.create_task_group() as tg:
+                await tg.start(registry.run)
+                yield env
+                tg.cancel_scope.cancel()
+    finally:
+        for cluster in (*workers.values(), manager):
+            await cluster.stop()
+
+
+async def test_workers_from_secrets_connect_and_are_candidates() -> None:
+    async with environment() as env:
+        for name, worker in env.workers.items():
+            await env.put_secret(secret(f"{name}-kubeconfig", worker.kubeconfig))
+            await env.create_mkc(mkc(name, f"{name}-kubeconfig"))
+        await env.wait(
+            lambda: (
+                all(w.state.phase == "Connected" for w in env.registry.workers.values())
+                and len(env.registry.workers) == 2
+            )
+        )
+        assert env.registry.workers["w1"].mirror is not None
+        # Candidates need Kueue's view too (C50): Active=True on the MultiKueueCluster.
+        await client.CustomObjectsApi(env.api).create_cluster_custom_object(
+            KUEUE,
+            V,
+            "multikueueconfigs",
+            {
+                "apiVersion": f"{KUEUE}/{V}",
+                "kind": "MultiKueueConfig",
+                "metadata": {"name": "cfg"},
+                "spec": {"clusters": ["w2", "w1"]},
+            },
+        )
+        await client.CustomObjectsApi(env.api).create_cluster_custom_object(
+            KUEUE,
+            V,
+            "admissionchecks",
+            {
+                "apiVersion": f"{KUEUE}/{V}",
+                "kind": "AdmissionCheck",
+                "metadata": {"name": "mk"},
+                "spec": {
+                    "controllerName": "kueue.x-k8s.io/multikueue",
+                    "parameters": {"apiGroup": KUEUE, "kind": "MultiKueueConfig", "name": "cfg"},
+                },
+            },
+        )
+        await env.set_active("w1", True)
+        await env.set_active("w2", False)
+
+        def ready() -> bool:
+            found, _ = env.registry.candidates("mk")
+            return [(c.name, c.active) for c in found] == [
+                ("w2", False),
+                ("w1", True),
+            ] and "Active=False" in found[0].reason
+
+        await env.wait(ready)
+        assert env.registry.multikueue_checks() == {"mk"}
+        found, problem = env.registry.candidates("mk")
+        assert problem == ""
+        assert found[1].labels == {"team": "ml"}
+        assert "Active=False" in found[0].reason
+
+
+@pytest.mark.parametrize(
+    ("make_secret", "location_type", "reason", "message"),
+    [
+        pytest.param(
+            lambda kc: secret(
+                "s",
+                kc
+                | {
+                    "users": [
+                        {
+                            "name": kc["users"][0]["name"],
+                            "user": {"exec": {"command": "touch", "args": ["/tmp/pwned"]}},
+                        }
+                    ]
+                },
+            ),
+            "Secret",
+            "InsecureKubeConfig",
+            "exec plugins are not allowed",
+            id="exec-plugin",
+        ),
+        pytest.param(
+            lambda kc: secret("s", "{not: [yaml"),
+            "Secret",
+            "BadKubeConfig",
+            "not valid YAML",
+            id="not-yaml",
+        ),
+        pytest.param(
+            lambda kc: {"metadata": {"name": "s", "namespace": NS}, "data": {"other": "eA=="}},
+            "Secret",
+            "BadKubeConfig",
+            'key "kubeconfig" not found',
+            id="missing-key",
+        ),
+        pytest.param(
+            None, "Secret", "BadKubeConfig", 'secret "kueue-system/s" not found', id="no-secret"
+        ),
+        pytest.param(
+            lambda kc: secret("s", kc), "Path", "BadKubeConfig", "Path is not supported", id="path"
+        ),
+    ],
+)
+async def test_bad_kubeconfig_marks_only_that_worker_unusable(
+    make_secret: Callable[[dict[str, Any]], dict[str, Any]] | None,
+    location_type: str,
+    reason: str,
+    message: str,
+) -> None:
+    async with environment() as env:
+        good = env.workers["w1"]
+        await env.put_secret(secret("good", good.kubeconfig))
+        await env.create_mkc(mkc("w1", "good"))
+        if make_secret is not None:
+            await env.put_secret(make_secret(env.workers["w2"].kubeconfig))
+        await env.create_mkc(mkc("w2", "s", location_type))
+        await env.wait(
+            lambda: (
+                env.registry.workers.get("w1") is not None
+                and env.registry.workers["w1"].state.phase == "Connected"
+                and env.registry.workers.get("w2") is not None
+                and env.registry.workers["w2"].state.phase == "Unusable"
+            )
+        )
+        state = env.registry.workers["w2"].state
+        assert state.reason == reason
+        assert message in state.message
+        # Never a token in what we report.
+        token = env.workers["w2"].token
+        assert token not in state.message
+
+
+async def test_secret_rotation_reconnects_and_deletion_stops() -> None:
+    async with environment(("w1",)) as env:
+        worker = env.workers["w1"]
+        await env.put_secret(secret("s", "{not: [yaml"))
+        await env.create_mkc(mkc("w1", "s"))
+        await env.wait(
+            lambda: (
+                env.registry.workers.get("w1") is not None
+                and env.registry.workers["w1"].state.phase == "Unusable"
+            )
+        )
+        await env.put_secret(secret("s", worker.kubeconfig))
+        await env.wait(lambda: env.registry.workers["w1"].state.phase == "Connected")
+        await client.CustomObjectsApi(env.api).delete_cluster_custom_object(
+            KUEUE, V, "multikueueclusters", "w1"
+        )
+        await env.wait(lambda: "w1" not in env.registry.workers)
+
+
+async def test_worker_down_then_up() -> None:
+    async with environment(("w1",)) as env:
+        worker = env.workers["w1"]
+        await env.put_secret(secret("s", worker.kubeconfig))
+        await env.create_mkc(mkc("w1", "s"))
+        await env.wait(
+            lambda: (
+                env.registry.workers.get("w1") is not None
+                and env.registry.workers["w1"].state.phase == "Connected"
+            )
+        )
+        await worker.down()
+        await env.wait(lambda: env.registry.workers["w1"].state.phase == "Disconnected")
+        await worker.up()
+        await env.wait(lambda: env.registry.workers["w1"].state.phase == "Connected")
