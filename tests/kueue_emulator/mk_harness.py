@@ -633,13 +633,14 @@ async def start_env(
     core: bool = False,
     jobs: bool = False,
     worker_cpu: dict[str, str] | None = None,
+    manager_cpu: str = "100",
     **settings: Any,
 ) -> AsyncIterator[Env]:
     """Start a manager and workers, create the MultiKueue setup through the API, run MultiKueue.
 
     ``core``: run the emulated Kueue core on the manager and on every worker instead of faking
     reservation and admission; ``jobs``: also the batch/Job adapter (its MultiKueue hooks wired
-    in). ``worker_cpu``: the cpu quota of each worker's ClusterQueue (default 100).
+    in). ``worker_cpu``/``manager_cpu``: ClusterQueue cpu quotas (default 100).
     ``settings`` go to :class:`KueueConfig` (e.g. ``incremental_step_size``).
     """
     manager = new_cluster("manager")
@@ -706,7 +707,7 @@ async def start_env(
                 for c in extra_checks
             ],
         ]
-        await _create(api, [*setup, *_queues([CHECK, *extra_checks])])
+        await _create(api, [*setup, *_queues([CHECK, *extra_checks], manager_cpu)])
         for name, worker_api in worker_apis.items():
             await _create(worker_api, _queues([], (worker_cpu or {}).get(name, "100")))
         if core:

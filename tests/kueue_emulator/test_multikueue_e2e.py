@@ -252,3 +252,45 @@ async def test_c39_e2e_rejected_check_resets_and_deletes_copies() -> None:
         assert not local["status"].get("clusterName")
         assert not local["status"].get("nominatedClusterNames")
         await env.wait_copies("wl", [])
+
+
+async def test_c37_e2e_preemption_on_the_manager_requeues_and_cleans_up() -> None:
+    """A higher-priority Workload preempts on the manager (S22): the copy goes, no re-admission."""
+    async with start_env(core=True, policy_hook=True, manager_cpu="1") as env:
+        await _submit(env, "wl")
+        await env.wait_workload("wl", _check("Pending"))
+        await env.nominate("wl", ["worker1"])
+        await env.wait_workload("wl", _true("Admitted"))
+        vip = {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "Workload",
+            "metadata": {"name": "vip", "namespace": NS},
+            "spec": {
+                "queueName": "lq",
+                "priority": 1000,
+                "podSets": (await env.get("wl"))["spec"]["podSets"],  # type: ignore[index]
+            },
+        }
+        await env.objects().create_namespaced_custom_object(
+            "kueue.x-k8s.io", "v1beta2", NS, "workloads", vip
+        )
+        local = await env.wait_workload(
+            "wl", lambda o: _true("Evicted")(o) and not _true("QuotaReserved")(o)
+        )
+        assert (get_cond(local, "Evicted") or {})["reason"] == "Preempted"
+        assert not local["status"].get("clusterName")
+        await env.wait_copies("wl", [])
+        await env.wait_workload("vip", _check("Pending"))
+        await env.nominate("vip", ["worker2"])
+        await env.wait_workload("vip", lambda o: _on("worker2")(o) and _true("Admitted")(o))
+        await env.settle()
+        local = await env.get("wl")
+        assert local is not None
+        assert not local["status"].get("clusterName")
+        admitted = [
+            e
+            for e in await env.events("wl")
+            if e["message"].startswith("The workload was admitted")
+        ]
+        assert len(admitted) == 1
+        assert env.controllers.counters.get(ADMITTED_TOTAL) == 2

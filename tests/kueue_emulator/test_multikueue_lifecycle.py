@@ -145,3 +145,33 @@ async def test_s61_worker_loses_admission_redo_after_timeout() -> None:
             "wl", lambda o: (check_state(o) or {}).get("state") == "Retry"
         )
         assert (check_state(local) or {})["message"] == "Reserving remote lost"
+
+
+async def test_c37_evicted_on_manager_deactivates_the_admitted_copy() -> None:
+    """Evicted on the manager while still reserved: the copy is told, never re-admitted."""
+    async with start_env(policy_hook=True) as env:
+        await _admitted_on_worker1(env)
+        await env.stop_controllers()
+        local = await env.get("wl")
+        assert local is not None
+        status = local["status"]
+        status.pop("clusterName", None)  # the core's eviction resets (C37), quota still held
+        status["conditions"].append(cond("Evicted", True, "Preempted"))
+        for entry in status["admissionChecks"]:
+            entry["state"] = "Pending"
+        await env.kueue_apply("wl", status)
+        await env.start_controllers()
+        remote = await env.wait_workload(
+            "wl",
+            lambda o: (get_cond(o, "DeactivationTarget") or {}).get("status") == "True",
+            "worker1",
+        )
+        target = get_cond(remote, "DeactivationTarget")
+        assert target is not None
+        assert target["reason"] == "EvictedOnManagerCluster"
+        assert target["message"] == "Evicted on manager: Evicted by the test"
+        await env.settle()
+        local = await env.get("wl")
+        assert local is not None
+        assert "clusterName" not in local["status"]  # not re-admitted
+        assert (check_state(local) or {})["state"] == "Pending"

@@ -1121,6 +1121,12 @@ class WorkloadController(_Loop):
         for other in list(group.copies):
             if other != cluster:
                 await self._remove_copy(group, other)
+        evicted = condition(status, "Evicted")
+        if evicted is not None and evicted.get("status") == "True":
+            # Evicted on the manager while still holding quota (C13 EvictedOnManagerCluster):
+            # deactivate the admitted copy instead of re-admitting; C24 cleans up after release.
+            await self._deactivate_copy(group, cluster, str(evicted.get("message") or ""))
+            return None
         if self.sync_remote_job is not None:  # C33: the real job only on the winner
             await self.sync_remote_job(group.remotes[cluster].client, local, cluster)
         current = status.get("clusterName")
@@ -1151,6 +1157,24 @@ class WorkloadController(_Loop):
                     replica_role=_replica_role(local),
                 )
         return self.config.worker_lost_timeout_seconds
+
+    async def _deactivate_copy(self, group: _Group, cluster: str, message: str) -> None:
+        """Mark the admitted copy ``DeactivationTarget`` (reason ``EvictedOnManagerCluster``)."""
+        copy_ = group.copies.get(cluster)
+        if copy_ is None or is_true(copy_, "DeactivationTarget"):
+            return
+        remote_status = copy.deepcopy(copy_.get("status") or {})
+        set_condition(
+            remote_status,
+            "DeactivationTarget",
+            True,
+            "EvictedOnManagerCluster",
+            f"Evicted on manager: {message}"[:32768],
+            self.clock,
+        )
+        await write_admission_status(
+            group.remotes[cluster].client, copy_, remote_status, self.config, strict=True
+        )
 
     async def _nominate_and_sync(self, group: _Group) -> float | None:
         """C32 with the dispatchers of C56–C61, then create or delete copies."""
