@@ -7,8 +7,10 @@ on the workers.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+from kubernetes_asyncio import client
 from mk_harness import (
     CHECK,
     Env,
@@ -354,3 +356,36 @@ async def test_c33_job_hook_runs_only_on_the_winner() -> None:
         await env.wait_workload("wl", _admitted_on("worker1"))
         assert calls
         assert {c for c, _ in calls} == {"worker1"}
+
+
+async def test_c22_job_owner_not_managed_by_multikueue_is_rejected() -> None:
+    async with start_env() as env:
+        job = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "plain", "namespace": "team-a"},
+            "spec": {
+                "suspend": True,
+                "template": {
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [{"name": "c", "image": "busybox"}],
+                    }
+                },
+            },
+        }
+        created = await client.BatchV1Api(env.api).create_namespaced_job(
+            "team-a", job, _preload_content=False
+        )
+        uid = json.loads(await created.read())["metadata"]["uid"]
+        owner = {"apiVersion": "batch/v1", "kind": "Job", "name": "plain", "uid": uid}
+        await env.create_workload("wl", owners=[{**owner, "controller": True}])
+        await env.reserve_quota("wl")
+        local = await env.wait_workload(
+            "wl", lambda o: (check_state(o) or {}).get("state") == "Rejected"
+        )
+        assert (check_state(local) or {})["message"] == (
+            "The owner is not managed by Kueue: Expecting spec.managedBy to be "
+            '"kueue.x-k8s.io/multikueue" not ""'
+        )
+        assert await env.copies("wl") == set()

@@ -952,7 +952,9 @@ class WorkloadController(_Loop):
                 await self._write_status(local, status)
                 return None
         group = self._group(local, check, ac)  # C23
-        if group is None:
+        if group is None:  # no MultiKueueConfig: nothing to reach (the GC handles leftovers)
+            if deleted:
+                self._deleted.pop(key, None)
             return None
         if deleted:  # C41: remote objects are deleted; unreachable ones are left to the GC
             for cluster in list(group.remotes):
@@ -979,9 +981,12 @@ class WorkloadController(_Loop):
             group, _, version = api_version.rpartition("/")
             gvk = f"{group}/{version}, Kind={kind}" if group else f"/{version}, Kind={kind}"
             return f'No multikueue adapter found for owner kind "{gvk}"'
-        job = await self.conn.client.get(
-            JOBS, owner.get("name", ""), local["metadata"]["namespace"]
-        )
+        name, namespace = owner.get("name", ""), local["metadata"]["namespace"]
+        jobs = self.conn.informers.get(JOBS)  # cached when the Job adapter shares the connection
+        if jobs is not None and jobs.synced.is_set():
+            job = jobs.get(name, namespace)
+        else:
+            job = await self.conn.client.get(JOBS, name, namespace)
         if job is None:
             raise KubeError(404, {"message": "owner job not found"}, "GET", "jobs")
         managed_by = (job.get("spec") or {}).get("managedBy") or ""
