@@ -7,7 +7,7 @@ from typing import Any
 from mk_harness import Env, eventually, start_env
 
 from dispatcher.sandbox.kueue.multikueue import ADMITTED_TOTAL, DISPATCHED_TOTAL
-from dispatcher.sandbox.kueue.runtime import ALL_AT_ONCE, INCREMENTAL
+from dispatcher.sandbox.kueue.runtime import ALL_AT_ONCE, INCREMENTAL, KueueConfig
 
 ROUND = 300.0  # C58: 5-minute rounds
 
@@ -192,3 +192,11 @@ async def test_c61_incremental_timer_is_in_memory_and_eviction_restarts() -> Non
         await env.reserve_quota("wl")
         await _wait_nominated(env, "wl", ["worker1"])
         await env.wait_copies("wl", ["worker1"])
+
+
+def test_c58_incremental_defaults_and_c2_default_dispatcher() -> None:
+    """Kueue's defaults: AllAtOnce unless configured (C2), Incremental 3 per 5-minute round."""
+    config = KueueConfig()
+    assert config.dispatcher_name == ALL_AT_ONCE
+    assert config.incremental_step_size == 3
+    assert config.incremental_round_seconds == ROUND

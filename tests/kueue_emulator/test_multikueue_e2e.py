@@ -68,7 +68,7 @@ async def test_s5_e2e_external_dispatch_admit_run_finish() -> None:
         assert env.controllers.counters.get(DISPATCHED_TOTAL) == 1
 
 
-async def test_s6_e2e_worker_preemption_reopens_dispatch() -> None:
+async def test_s6_c38_e2e_worker_preemption_reopens_dispatch() -> None:
     """A higher-priority local workload preempts the copy on worker1 (C26, C37, C38)."""
     async with start_env(core=True, policy_hook=True, worker_cpu={"worker1": "1"}) as env:
         await _submit(env, "wl")

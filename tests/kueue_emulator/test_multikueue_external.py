@@ -95,6 +95,8 @@ async def test_s4_copies_follow_nomination() -> None:
 
 
 async def test_s5_admission_sets_cluster_name_and_clears_nomination() -> None:
+    """C28, C36 and C51: one write sets clusterName, Ready and clears the nomination; one
+    ``MultiKueue`` event; the dispatched/admitted counters with their labels."""
     async with start_env(policy_hook=True) as env:
         await _reserved_and_nominated(env, "wl", ["worker1", "worker2"])
         await env.worker_admit("worker2", "wl")
@@ -205,7 +207,7 @@ async def test_c32_waits_for_other_admission_checks_ready() -> None:
         await env.wait_copies("wl", ["worker1"])
 
 
-async def test_c32_nominated_cluster_without_client_is_an_error_others_proceed() -> None:
+async def test_c23_c32_nominated_cluster_without_client_is_an_error_others_proceed() -> None:
     async with start_env(workers=("worker1", "worker2")) as env:
         await env.workers["worker2"].down()
         await env.wait_condition("multikueueclusters", "worker2", "False", "ClientConnectionFailed")
@@ -225,7 +227,7 @@ async def test_c32_nominated_cluster_without_client_is_an_error_others_proceed()
         await env.wait_copies("wl", ["worker1", "worker2"])
 
 
-async def test_c25_s11_remote_finished_finishes_local_and_cleans_up() -> None:
+async def test_c25_c40_s11_remote_finished_finishes_local_and_cleans_up() -> None:
     async with start_env(policy_hook=True) as env:
         await _reserved_and_nominated(env, "wl", ["worker1"])
         await env.worker_admit("worker1", "wl")
