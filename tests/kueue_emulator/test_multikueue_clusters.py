@@ -215,3 +215,15 @@ async def test_c8_admission_check_active_reasons() -> None:
             "Cannot load the AdmissionChecks parameters: "
             f'multikueueconfigs.kueue.x-k8s.io "{MK_CONFIG}" not found'
         )
+
+
+async def test_c11_valid_kubeconfig_with_a_wrong_token_fails_to_connect() -> None:
+    async with start_env(workers=("worker1",)) as env:
+        config = env.workers["worker1"].kubeconfig
+        config["users"][0]["user"]["token"] = "not-the-token"
+        await env.put_secret("wrong-token", {"kubeconfig": dump(config)})
+        await env.create_mkc("impostor", "wrong-token")
+        condition = await env.wait_condition(
+            "multikueueclusters", "impostor", "False", "ClientConnectionFailed"
+        )
+        assert "401" in condition["message"]
