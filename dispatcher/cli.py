@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,6 +43,37 @@ def build_parser() -> argparse.ArgumentParser:
         help="instead of a topology: N identical generic workers worker-1 … worker-N",
     )
     serve.set_defaults(duration=None)
+    run = sub.add_parser(
+        "run",
+        help="the manager process: mirror workers and nominate clusters",
+        description="Run the dispatcher against the manager cluster (in-cluster configuration, "
+        "or --kubeconfig). Settings: flags > DISPATCHER_* environment > YAML file > defaults.",
+    )
+    _settings_flags(run)
+    run.add_argument("--identity", help="leader-election identity (default: host name + uuid)")
+
+    check = sub.add_parser(
+        "check-config",
+        help="validate settings and the worker kubeconfig Secrets without dispatching",
+    )
+    _settings_flags(check)
+    check.add_argument(
+        "--offline", action="store_true", help="validate the settings only; do not connect"
+    )
+
+    explain = sub.add_parser(
+        "explain",
+        help="the last decision and a fresh evaluation for one workload",
+    )
+    explain.add_argument("workload", metavar="NAMESPACE/NAME")
+    _settings_flags(explain)
+    explain.add_argument(
+        "--sync-timeout",
+        type=float,
+        default=20.0,
+        help="seconds to wait for the worker mirrors before evaluating",
+    )
+
     plugins = sub.add_parser(
         "plugins",
         help="list dispatch algorithms and the plugins they come from",
@@ -51,6 +83,77 @@ def build_parser() -> argparse.ArgumentParser:
     )
     plugins.add_argument("--json", action="store_true", help="print JSON instead of a table")
     return parser
+
+
+def _settings_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--kubeconfig", help="kubeconfig of the manager cluster (default: in-cluster)"
+    )
+    parser.add_argument(
+        "--config", help="YAML settings file (default: $DISPATCHER_CONFIG_FILE if set)"
+    )
+    parser.add_argument("--dispatcher-name", help="the dispatcherName configured in Kueue")
+    parser.add_argument("--kueue-namespace", help="Kueue's namespace (worker kubeconfig Secrets)")
+    parser.add_argument("--write-mode", choices=["apply", "merge-patch"])
+    parser.add_argument("--field-manager")
+    parser.add_argument(
+        "--algorithms", help="comma-separated pipeline, e.g. gpu-type-affinity,capacity-first"
+    )
+    parser.add_argument("--workers", type=int, help="concurrent reconciles")
+    parser.add_argument("--health-address", help="host:port of /healthz and /readyz")
+    parser.add_argument("--metrics-address", help="host:port of /metrics")
+    parser.add_argument("--log-format", choices=["json", "text"])
+    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    parser.add_argument(
+        "--leader-election",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="elect a leader through a Lease (default on)",
+    )
+
+
+def _load_settings(args: argparse.Namespace) -> Any:
+    import os
+    from pathlib import Path
+
+    from dispatcher.app.settings import CONFIG_FILE_ENV, load_settings
+
+    flags: dict[str, Any] = {
+        "dispatcher_name": args.dispatcher_name,
+        "kueue_namespace": args.kueue_namespace,
+        "write_mode": args.write_mode,
+        "field_manager": args.field_manager,
+        "algorithms": args.algorithms.split(",") if args.algorithms else None,
+        "workers": args.workers,
+        "health_address": args.health_address,
+        "metrics_address": args.metrics_address,
+        "log_format": args.log_format,
+        "log_level": args.log_level,
+        "leader_election.enabled": args.leader_election,
+    }
+    config = args.config or os.environ.get(CONFIG_FILE_ENV)
+    return load_settings(flags, Path(config) if config else None)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """The ``run`` command."""
+    from pathlib import Path
+
+    import anyio
+
+    from dispatcher.app.manager import run_manager
+    from dispatcher.app.settings import ConfigError
+
+    try:
+        settings = _load_settings(args)
+    except ConfigError as error:
+        print(error, file=sys.stderr)
+        return 2
+    kubeconfig = Path(args.kubeconfig) if args.kubeconfig else None
+    code: int = anyio.run(
+        lambda: run_manager(settings, kubeconfig=kubeconfig, identity=args.identity)
+    )
+    return code
 
 
 def list_plugins(as_json: bool) -> int:
@@ -97,6 +200,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return serve.main(args)
     if args.command == "plugins":
         return list_plugins(args.json)
+    if args.command == "run":
+        return run_command(args)
+    if args.command == "check-config":
+        from dispatcher.app.checks import check_config_command
+
+        return check_config_command(args, _load_settings)
+    if args.command == "explain":
+        from dispatcher.app.checks import explain_command
+
+        return explain_command(args, _load_settings)
     return 2  # pragma: no cover - argparse rejects unknown commands first
 
 

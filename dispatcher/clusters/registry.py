@@ -51,6 +51,7 @@ __all__ = [
     "ClusterRegistry",
     "Worker",
     "WorkerState",
+    "resolve_kubeconfig",
 ]
 
 MANAGER = ""
@@ -109,6 +110,51 @@ class Candidate:
     reason: str
     labels: Mapping[str, str]
     worker: Worker | None
+
+
+def resolve_kubeconfig(
+    mkc: Mapping[str, Any],
+    secret: Callable[[str], Mapping[str, Any] | None],
+    namespace: str,
+) -> tuple[str, ValidKubeconfig | KubeconfigError]:
+    """The validated kubeconfig of a MultiKueueCluster (C10, C62), or why it cannot be used,
+    with a fingerprint of where it came from (a rotation changes the fingerprint).
+
+    ``secret(name)`` looks a Secret up in Kueue's ``namespace``.
+    """
+    name = (mkc.get("metadata") or {}).get("name", "")
+    source = (mkc.get("spec") or {}).get("clusterSource") or {}
+    kubeconfig = source.get("kubeConfig")
+    if not kubeconfig:
+        if source.get("clusterProfileRef"):
+            error = KubeconfigError(
+                BAD, "spec.clusterSource.clusterProfileRef: ClusterProfile is not supported"
+            )
+        else:
+            error = KubeconfigError(BAD, "spec.clusterSource.kubeConfig: not set")
+        return f"error:{error.message}", error
+    if kubeconfig.get("locationType", "Secret") != "Secret":
+        error = KubeconfigError(
+            BAD,
+            "spec.clusterSource.kubeConfig.locationType: Path is not supported: the "
+            "dispatcher reads worker kubeconfigs from Secrets only",
+        )
+        return f"error:{error.message}", error
+    secret_name = str(kubeconfig.get("location") or "")
+    found = secret(secret_name)
+    if found is None:
+        error = KubeconfigError(
+            BAD,
+            f'spec.clusterSource.kubeConfig.location: secret "{namespace}/{secret_name}" not '
+            f"found (MultiKueueCluster {name})",
+        )
+        return f"error:{error.message}", error
+    data = str((found.get("data") or {}).get("kubeconfig") or "")
+    fingerprint = hashlib.sha256(f"{secret_name}\0{data}".encode()).hexdigest()
+    try:
+        return fingerprint, kubeconfig_from_secret(found)
+    except KubeconfigError as error:
+        return fingerprint, error
 
 
 def _condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
@@ -215,40 +261,11 @@ class ClusterRegistry:
             self._group.start_soon(self._supervise, worker, resolved)
 
     def _resolve(self, mkc: Mapping[str, Any]) -> tuple[str, ValidKubeconfig | KubeconfigError]:
-        """The kubeconfig of a MultiKueueCluster and a fingerprint of where it came from."""
-        name = mkc["metadata"]["name"]
-        source = (mkc.get("spec") or {}).get("clusterSource") or {}
-        kubeconfig = source.get("kubeConfig")
-        if not kubeconfig:
-            if source.get("clusterProfileRef"):
-                error = KubeconfigError(
-                    BAD, "spec.clusterSource.clusterProfileRef: ClusterProfile is not supported"
-                )
-            else:
-                error = KubeconfigError(BAD, "spec.clusterSource.kubeConfig: not set")
-            return f"error:{error.message}", error
-        if kubeconfig.get("locationType", "Secret") != "Secret":
-            error = KubeconfigError(
-                BAD,
-                "spec.clusterSource.kubeConfig.locationType: Path is not supported: the "
-                "dispatcher reads worker kubeconfigs from Secrets only",
-            )
-            return f"error:{error.message}", error
-        secret_name = str(kubeconfig.get("location") or "")
-        secret = self.manager.cache("secrets").get(secret_name, self.kueue_namespace)
-        if secret is None:
-            error = KubeconfigError(
-                BAD,
-                f'spec.clusterSource.kubeConfig.location: secret "{self.kueue_namespace}/'
-                f'{secret_name}" not found (MultiKueueCluster {name})',
-            )
-            return f"error:{error.message}", error
-        data = str((secret.get("data") or {}).get("kubeconfig") or "")
-        fingerprint = hashlib.sha256(f"{secret_name}\0{data}".encode()).hexdigest()
-        try:
-            return fingerprint, kubeconfig_from_secret(secret)
-        except KubeconfigError as error:
-            return fingerprint, error
+        return resolve_kubeconfig(
+            mkc,
+            lambda name: self.manager.cache("secrets").get(name, self.kueue_namespace),
+            self.kueue_namespace,
+        )
 
     def _stop(self, name: str, why: str) -> None:
         worker = self.workers.pop(name, None)

@@ -1,0 +1,184 @@
+"""``check-config`` and ``explain``: looking at a configuration and a decision without running.
+
+``check-config`` validates the settings, then (unless ``--offline``) reads the MultiKueue objects
+and kubeconfig Secrets of the manager, validates every worker kubeconfig as Kueue does (C62) and
+tries each worker once. ``explain NS/NAME`` prints the dispatcher's last Event on the Workload
+(the explanation of its last decision) and a fresh evaluation from freshly synced mirrors.
+Neither writes anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+
+from dispatcher.algorithms.explain import describe_decision
+from dispatcher.app.manager import build_decide, controller_config
+from dispatcher.app.settings import ConfigError, Settings
+from dispatcher.clusters.registry import ClusterRegistry, resolve_kubeconfig
+from dispatcher.controller.nominator import EVENT_COMPONENT, Nominator
+from dispatcher.k8s.client import KubeApi, client_from_kubeconfig_file, client_in_cluster
+from dispatcher.k8s.errors import ApiError
+from dispatcher.k8s.kubeconfig import KubeconfigError
+from dispatcher.k8s.resources import ADMISSION_CHECKS, EVENTS, MULTIKUEUE_CLUSTERS, SECRETS
+from dispatcher.kueue.eligibility import MULTIKUEUE_CONTROLLER
+from dispatcher.plugins import PluginError, PluginHost
+
+__all__ = ["check_config_command", "explain_command"]
+
+LoadSettings = Callable[[argparse.Namespace], Settings]
+
+
+async def _manager_api(args: argparse.Namespace, settings: Settings) -> KubeApi:
+    timeout = settings.manager_client.request_timeout_seconds
+    if args.kubeconfig:
+        client = await client_from_kubeconfig_file(str(Path(args.kubeconfig)))
+    else:
+        client = client_in_cluster()
+    return KubeApi(client, request_timeout=timeout, name="manager")
+
+
+def _settings_or_exit(args: argparse.Namespace, load: LoadSettings) -> Settings | None:
+    try:
+        return load(args)
+    except ConfigError as error:
+        print(error, file=sys.stderr)
+        return None
+
+
+async def _check_workers(args: argparse.Namespace, settings: Settings) -> int:
+    problems = 0
+    async with await _manager_api(args, settings) as api:
+        checks = await api.list(ADMISSION_CHECKS)
+        mk = [
+            c["metadata"]["name"]
+            for c in checks.items
+            if (c.get("spec") or {}).get("controllerName") == MULTIKUEUE_CONTROLLER
+        ]
+        print(f"MultiKueue admission checks: {', '.join(mk) or '(none)'}")
+        if not mk:
+            problems += 1
+        secrets = {
+            s["metadata"]["name"]: s
+            for s in (await api.list(SECRETS, settings.kueue_namespace)).items
+        }
+        clusters = (await api.list(MULTIKUEUE_CLUSTERS)).items
+        if not clusters:
+            print("no MultiKueueCluster objects")
+            problems += 1
+        for mkc in clusters:
+            name = mkc["metadata"]["name"]
+            _, resolved = resolve_kubeconfig(mkc, secrets.get, settings.kueue_namespace)
+            if isinstance(resolved, KubeconfigError):
+                print(f"  {name}: unusable: {resolved.reason}: {resolved.message}")
+                problems += 1
+                continue
+            try:
+                async with await KubeApi.from_kubeconfig(
+                    resolved.config, request_timeout=5.0, name=name
+                ) as worker:
+                    version = await worker.request("GET", "/version")
+                print(f"  {name}: ok ({resolved.server}, Kubernetes {version.get('gitVersion')})")
+            except (ApiError, KubeconfigError, OSError, ValueError) as error:
+                print(f"  {name}: cannot connect to {resolved.server}: {type(error).__name__}")
+                problems += 1
+    return problems
+
+
+def check_config_command(args: argparse.Namespace, load: LoadSettings) -> int:
+    """Exit 0 when everything checked is usable, 1 on a problem, 2 on bad settings."""
+    settings = _settings_or_exit(args, load)
+    if settings is None:
+        return 2
+    try:
+        build_decide(settings, PluginHost.load())
+    except (PluginError, ValueError) as error:
+        print(f"algorithms: {error}", file=sys.stderr)
+        return 2
+    print(f"settings: ok (dispatcher {settings.dispatcher_name}, pipeline {settings.algorithms})")
+    if args.offline:
+        return 0
+    try:
+        problems = anyio.run(_check_workers, args, settings)
+    except ApiError as error:
+        print(f"manager cluster: {error}", file=sys.stderr)
+        return 1
+    return 1 if problems else 0
+
+
+async def _explain(args: argparse.Namespace, settings: Settings) -> int:
+    namespace, _, name = str(args.workload).partition("/")
+    if not namespace or not name:
+        print("explain: expected NAMESPACE/NAME", file=sys.stderr)
+        return 2
+    async with await _manager_api(args, settings) as api:
+        events = await api.list(
+            EVENTS,
+            namespace,
+            field_selector=f"involvedObject.name={name},involvedObject.kind=Workload",
+        )
+        ours = [
+            e for e in events.items if (e.get("source") or {}).get("component") == EVENT_COMPONENT
+        ]
+        ours.sort(key=lambda e: str(e.get("lastTimestamp") or ""))
+        print(f"workload {namespace}/{name}")
+        if ours:
+            last = ours[-1]
+            print(f"last decision ({last.get('lastTimestamp')}, {last.get('reason')}):")
+            print(f"  {last.get('message')}")
+        else:
+            print("last decision: none recorded (no Event from the dispatcher)")
+        changed = anyio.Event()
+
+        def on_change(*_: object) -> None:
+            nonlocal changed
+            changed.set()
+            changed = anyio.Event()
+
+        registry = ClusterRegistry(
+            api, kueue_namespace=settings.kueue_namespace, on_change=on_change
+        )
+        nominator = Nominator(
+            registry, build_decide(settings, PluginHost.load()), config=controller_config(settings)
+        )
+
+        def settled() -> bool:
+            workers = registry.workers.values()
+            return bool(workers) and all(
+                w.connected or w.state.phase == "Unusable" for w in workers
+            )
+
+        async with anyio.create_task_group() as group:
+            await group.start(registry.run)
+            with anyio.move_on_after(args.sync_timeout):
+                while not settled():
+                    await changed.wait()
+            for worker_name, state in registry.states().items():
+                print(
+                    f"  worker {worker_name}: {state.phase} {state.reason} {state.message}".rstrip()
+                )
+            eligibility_reason, decision = await nominator.evaluate(f"{namespace}/{name}")
+            group.cancel_scope.cancel()
+        print(f"fresh evaluation: {eligibility_reason}")
+        if decision is not None:
+            print(describe_decision(decision))
+    return 0
+
+
+def explain_command(args: argparse.Namespace, load: LoadSettings) -> int:
+    """Print the last decision and a fresh evaluation of one workload."""
+    settings = _settings_or_exit(args, load)
+    if settings is None:
+        return 2
+    logging.basicConfig(level=logging.WARNING)
+    try:
+        code: int = anyio.run(_explain, args, settings)
+    except ApiError as error:
+        print(f"manager cluster: {error}", file=sys.stderr)
+        return 1
+    return code

@@ -1,0 +1,244 @@
+"""``multikueue-dispatcher run``: the manager process, wired as one anyio task tree.
+
+::
+
+    root task group
+    ├── signal watcher: SIGTERM/SIGINT → stop
+    ├── HTTP: /healthz, /readyz, /metrics (bound before anything else starts)
+    └── leader elector (or standalone) → while leading:
+        ├── cluster registry: manager mirror + one supervised mirror per worker
+        ├── nomination loop: K reconcile workers on a de-duplicating queue
+        └── state publisher: worker connection states as metrics
+
+Shutdown (SIGTERM): stop taking work (cancel the leading scope) → reconciles are abandoned at
+their next await (every write is idempotent and based on a resourceVersion) → the Lease is
+released → clients are closed → the HTTP server stops; each step in a shielded, bounded scope,
+within 10 seconds in total (notes 2.3, 6).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest
+from dispatcher.app.settings import Settings
+from dispatcher.clusters.registry import ClusterRegistry
+from dispatcher.controller.nominator import ControllerConfig, Nominator
+from dispatcher.http import CheckResult, serve_http
+from dispatcher.k8s.client import KubeApi, client_from_kubeconfig_file, client_in_cluster
+from dispatcher.k8s.errors import ApiError
+from dispatcher.k8s.watching import BackoffPolicy, WatchItem, WatchSettings
+from dispatcher.leader.elector import LeaderElector, LeadershipLost, Role
+from dispatcher.logs import configure_logging
+from dispatcher.plugins import PluginError, PluginHost
+from dispatcher.telemetry.metrics import Metrics
+from dispatcher.telemetry.tracing import setup_tracing
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Manager", "build_decide", "controller_config", "run_manager"]
+
+SHUTDOWN_SECONDS = 10.0
+
+
+def controller_config(settings: Settings) -> ControllerConfig:
+    """The nomination loop's part of the settings."""
+    return ControllerConfig(
+        write_mode=settings.write_mode,
+        field_manager=settings.field_manager,
+        workers=settings.workers,
+        resync_seconds=settings.resync_seconds,
+        decision_timeout_seconds=settings.decision_timeout_seconds,
+        algorithm="+".join(settings.algorithms),
+    )
+
+
+def build_decide(
+    settings: Settings, host: PluginHost
+) -> Callable[[DispatchRequest, Sequence[ClusterSnapshot]], Decision]:
+    """The pipeline the settings name, bound to the plugin host (errors name the algorithm)."""
+    pipeline = host.pipeline(
+        settings.algorithms, settings.algorithm_options, plugin_weights=settings.plugin_weights
+    )
+
+    def decide(request: DispatchRequest, snapshots: Sequence[ClusterSnapshot]) -> Decision:
+        return host.decide(pipeline, request, snapshots)
+
+    return decide
+
+
+@dataclass
+class Manager:
+    """The running parts of one process, exposed for tests and the readiness check."""
+
+    settings: Settings
+    api: KubeApi
+    metrics: Metrics
+    host: PluginHost
+    elector: LeaderElector
+    registry: ClusterRegistry | None = None
+    nominator: Nominator | None = None
+    bound: Any = None
+    stopped: anyio.Event = field(default_factory=anyio.Event)
+
+    async def ready(self) -> CheckResult:
+        """Ready when the manager API answers, and, when leading, the manager mirror synced.
+
+        Never depends on a single worker; followers are ready while idle.
+        """
+        try:
+            await self.api.request("GET", "/version", request_timeout=2.0)
+        except ApiError as error:
+            return CheckResult(False, f"manager API: {error.reason or error.status}")
+        leading = self.elector.role in (Role.LEADER, Role.STANDALONE)
+        if leading and (self.registry is None or not self.registry.synced):
+            return CheckResult(False, "manager caches not synced yet")
+        return CheckResult(True, self.elector.role.value)
+
+    async def lead(self) -> None:
+        """The work done while leading."""
+        self.metrics.set_replica_role(
+            "standalone" if self.elector.role == Role.STANDALONE else "leader"
+        )
+        settings = self.settings
+        watch = WatchSettings(server_timeout=max(30, settings.worker_client.watch_timeout_seconds))
+        self.registry = ClusterRegistry(
+            self.api,
+            kueue_namespace=settings.kueue_namespace,
+            watch_settings=watch,
+            reconnect=BackoffPolicy(initial=1.0, maximum=60.0),
+            on_change=self._changed,
+        )
+        self.nominator = Nominator(
+            self.registry,
+            build_decide(settings, self.host),
+            config=controller_config(settings),
+            metrics=self.metrics,
+        )
+        async with anyio.create_task_group() as group:
+            await group.start(self.registry.run)
+            group.start_soon(self.nominator.run)
+            group.start_soon(self._publish_states)
+
+    def _changed(self, cluster: str, resource: str, item: WatchItem) -> None:
+        if self.nominator is not None:
+            self.nominator.on_change(cluster, resource, item)
+
+    async def _publish_states(self) -> None:
+        while True:
+            if self.nominator is not None:
+                self.nominator.publish_connection_states()
+            await anyio.sleep(1.0)
+
+
+async def _open_manager_api(kubeconfig: Path | None, settings: Settings) -> KubeApi:
+    timeout = settings.manager_client.request_timeout_seconds
+    if kubeconfig is not None:
+        return KubeApi(
+            await client_from_kubeconfig_file(str(kubeconfig)),
+            request_timeout=timeout,
+            name="manager",
+        )
+    return KubeApi(client_in_cluster(), request_timeout=timeout, name="manager")
+
+
+async def _watch_signals(scope: anyio.CancelScope) -> None:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for received in signals:
+            log.info("received %s: shutting down", signal.Signals(received).name)
+            scope.cancel()
+            return
+
+
+async def run_manager(
+    settings: Settings,
+    *,
+    kubeconfig: Path | None = None,
+    identity: str | None = None,
+    handle_signals: bool = True,
+    on_started: Callable[[Manager], None] | None = None,
+) -> int:
+    """Run the manager process until a signal (exit 0) or lost leadership (exit 1)."""
+    configure_logging(settings.log_format, settings.log_level)
+    try:
+        host = PluginHost.load()
+        build_decide(settings, host)  # fail at start on unknown algorithms or bad options
+    except (PluginError, ValueError) as error:
+        log.error("plugins: %s", error)
+        return 2
+    for plugin in host.plugins():
+        log.info(
+            "plugin %s loaded (%s)",
+            plugin.name,
+            plugin.distribution or "built-in",
+            extra={"plugin": plugin.name},
+        )
+    metrics = Metrics(replica_role="standalone")
+    for plugin in host.plugins():
+        metrics.add_plugin_info(
+            plugin.name,
+            distribution=plugin.distribution or "builtin",
+            version=plugin.version or "",
+        )
+    tracing = setup_tracing(settings.otlp_endpoint)
+    api = await _open_manager_api(kubeconfig, settings)
+    elector = LeaderElector(api, settings.leader_election, identity)
+    manager = Manager(settings, api, metrics, host, elector)
+    code = 0
+    try:
+        async with anyio.create_task_group() as root:
+            if handle_signals:
+                root.start_soon(_watch_signals, root.cancel_scope)
+            manager.bound = await root.start(
+                partial(
+                    serve_http,
+                    health_address=settings.health_address,
+                    metrics_address=settings.metrics_address,
+                    readiness=manager.ready,
+                    registry=metrics.registry,
+                )
+            )
+            if on_started is not None:
+                on_started(manager)
+
+            async def elect() -> None:
+                nonlocal code
+                try:
+                    await elector.run(manager.lead)
+                except LeadershipLost as lost:
+                    log.error("lost leadership: %s; exiting", lost)
+                    code = 1
+                root.cancel_scope.cancel()
+
+            root.start_soon(elect)
+            if elector.role != Role.STANDALONE:
+                root.start_soon(_follow_role, elector, metrics)
+    finally:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(SHUTDOWN_SECONDS):
+            await api.close()
+            await anyio.to_thread.run_sync(tracing.shutdown)
+        manager.stopped.set()
+    return code
+
+
+async def _follow_role(elector: LeaderElector, metrics: Metrics) -> None:
+    while True:
+        role = elector.role
+        metrics.set_replica_role(
+            "leader"
+            if role == Role.LEADER
+            else ("standalone" if role == Role.STANDALONE else "follower")
+        )
+
+        def changed(e: LeaderElector, seen: Role = role) -> bool:
+            return e.role != seen
+
+        await elector.wait_for(changed)

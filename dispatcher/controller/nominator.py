@@ -1,0 +1,567 @@
+"""The nomination loop: eligible Workloads in, ``status.nominatedClusterNames`` out.
+
+Level-triggered and idempotent. Every change of a manager Workload, of the MultiKueue
+configuration or of a worker's caches puts the affected Workload keys on a de-duplicating work
+queue; K workers reconcile them. A reconcile reads only the mirrors: it checks eligibility
+(contract C49), asks the plugin pipeline for a decision over snapshots of the candidate clusters
+(C50), writes the nomination when it differs from the current one (server-side apply with our
+field manager, or a JSON merge patch, always with the resourceVersion the decision was based on),
+records the nomination as in-flight capacity, emits an Event that explains the choice, and
+schedules the follow-up the algorithm asked for. Nothing lives only in memory that a restart
+could not rebuild from the API: the in-flight ledger is re-seeded from current nominations.
+
+It also watches for the field-manager pitfall (C43): a copy ``Admitted`` on a nominated worker
+while the manager Workload never gets ``clusterName``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from dispatcher.algorithms.building import queued_workload, request_from_workload
+from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest
+from dispatcher.clusters.registry import MANAGER, ClusterRegistry
+from dispatcher.controller.inflight import InFlight
+from dispatcher.controller.snapshots import WorkerIndex, build_snapshot, condition_status
+from dispatcher.controller.workqueue import WorkQueue
+from dispatcher.k8s.client import KubeApi
+from dispatcher.k8s.errors import ApiError
+from dispatcher.k8s.patching import AdmittedMeanwhile, apply_status, merge_patch_status
+from dispatcher.k8s.resources import EVENTS, KUEUE_GROUP, KUEUE_VERSION
+from dispatcher.k8s.watching import Listed, ObjectEvent, WatchItem
+from dispatcher.kueue.eligibility import eligibility
+from dispatcher.kueue.gputypes import DEFAULT_GPU_LABEL, DEFAULT_GPU_RESOURCE_PATTERN
+from dispatcher.telemetry.metrics import ConnectionState, Metrics
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ControllerConfig", "Nominator", "Record"]
+
+Decide = Callable[[DispatchRequest, Sequence[ClusterSnapshot]], Decision]
+
+EVENT_COMPONENT = "multikueue-dispatcher"
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    """What the nomination loop needs from the settings."""
+
+    write_mode: str = "apply"
+    """``apply`` (server-side apply with ``field_manager``) or ``merge-patch``."""
+    field_manager: str = "multikueue-dispatcher"
+    workers: int = 4
+    resync_seconds: float = 30.0
+    decision_timeout_seconds: float = 2.0
+    stuck_after_seconds: float = 15.0
+    """How long a copy may be Admitted on a worker without ``clusterName`` on the manager
+    before the workload is reported stuck (the field-manager pitfall, C43)."""
+    gpu_label_key: str = DEFAULT_GPU_LABEL
+    gpu_resource_pattern: str = DEFAULT_GPU_RESOURCE_PATTERN
+    algorithm: str = "default"
+    """Name of the pipeline, for metrics and Events."""
+
+
+@dataclass
+class Record:
+    """What the controller remembers of one workload (rebuilt from the API after a restart)."""
+
+    decision: Decision | None = None
+    decided_at: float = 0.0
+    nominated_at: float | None = None
+    nominated: tuple[str, ...] = ()
+    stuck_reported: bool = False
+    event_message: str = ""
+    first_nominated_at: float | None = None
+    admission_reported: bool = False
+    problem: str = ""
+
+
+def _parse_time(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        moment = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment.timestamp()
+
+
+def _transition_time(obj: Mapping[str, Any], kind: str) -> float | None:
+    for item in (obj.get("status") or {}).get("conditions") or []:
+        if item.get("type") == kind:
+            return _parse_time(item.get("lastTransitionTime"))
+    return None
+
+
+def _key_of(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def summarize(decision: Decision, limit: int = 6) -> str:
+    """One line for an Event: what was chosen and a short verdict per cluster."""
+    chosen = ", ".join(decision.nominate) or "none"
+    parts = []
+    for verdict in decision.verdicts[:limit]:
+        if verdict.kept:
+            fit = "fits now" if verdict.fits_now else "queues"
+            parts.append(f"{verdict.cluster}: rank {verdict.rank} ({fit})")
+        else:
+            parts.append(f"{verdict.cluster}: {verdict.dropped_by}: {verdict.reason}")
+    more = len(decision.verdicts) - limit
+    tail = f"; +{more} more" if more > 0 else ""
+    text = f"nominated [{chosen}] by {decision.algorithm}: {decision.reason}. " + "; ".join(parts)
+    return (text + tail)[:1024]
+
+
+class Nominator:
+    """Reconciles manager Workloads into nominations."""
+
+    def __init__(
+        self,
+        registry: ClusterRegistry,
+        decide: Decide,
+        *,
+        config: ControllerConfig | None = None,
+        metrics: Metrics | None = None,
+        now: Callable[[], float] | None = None,
+    ) -> None:
+        self.registry = registry
+        self.decide = decide
+        self.config = config or ControllerConfig()
+        self.metrics = metrics
+        self.queue = WorkQueue()
+        self.in_flight = InFlight()
+        self.records: dict[str, Record] = {}
+        self.indexes: dict[str, WorkerIndex] = {}
+        self.versions: dict[str, int] = {}
+        self.writes = 0
+        self.races = 0
+        self._now = now or (lambda: datetime.datetime.now(datetime.UTC).timestamp())
+        self._limiter = anyio.CapacityLimiter(max(1, self.config.workers))
+
+    # --- events from the registry --------------------------------------------------------------
+
+    def on_change(self, cluster: str, resource: str, item: WatchItem) -> None:
+        """Registry callback: turn a change into the workload keys it may affect."""
+        if cluster == MANAGER:
+            if resource == "workloads":
+                if isinstance(item, ObjectEvent):
+                    self.queue.add(_key_of(item.object))
+                elif isinstance(item, Listed):
+                    for namespace, name in item.keys:
+                        self.queue.add(f"{namespace}/{name}")
+            elif isinstance(item, ObjectEvent | Listed):
+                self._requeue_all()
+            return
+        self.versions[cluster] = self.versions.get(cluster, 0) + 1
+        if resource == "workloads" and isinstance(item, ObjectEvent):
+            self.queue.add(_key_of(item.object))
+        if isinstance(item, ObjectEvent | Listed) or resource == "connection":
+            self._requeue_waiting()
+
+    def _requeue_all(self) -> None:
+        for obj in self.registry.manager.cache("workloads").items():
+            self.queue.add(_key_of(obj))
+
+    def _requeue_waiting(self) -> None:
+        """Capacity or connectivity changed somewhere: look again at undispatched workloads."""
+        for obj in self.registry.manager.cache("workloads").items():
+            status = obj.get("status") or {}
+            if not status.get("clusterName") and condition_status(obj, "QuotaReserved") == "True":
+                self.queue.add(_key_of(obj))
+
+    # --- running -----------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Run the reconcile workers until cancelled."""
+        self._requeue_all()
+        async with anyio.create_task_group() as group:
+            for _ in range(max(1, self.config.workers)):
+                group.start_soon(self._worker)
+
+    async def _worker(self) -> None:
+        while True:
+            try:
+                key = await self.queue.get()
+            except anyio.EndOfStream:
+                return
+            try:
+                await self.reconcile(key)
+                self.queue.forget(key)
+            except ApiError as error:
+                delay = self.queue.add_rate_limited(key)
+                log.warning(
+                    "reconcile %s failed: %s; retrying in %.2fs",
+                    key,
+                    error,
+                    delay,
+                    extra={"workload": key},
+                )
+                if self.metrics is not None:
+                    self.metrics.error("api")
+            finally:
+                self.queue.done(key)
+                if self.metrics is not None:
+                    self.metrics.set_queue_depth(len(self.queue))
+
+    # --- one workload --------------------------------------------------------------------------
+
+    def _index(self, cluster: str) -> WorkerIndex | None:
+        worker = self.registry.workers.get(cluster)
+        if worker is None or worker.mirror is None:
+            return None
+        index = self.indexes.setdefault(cluster, WorkerIndex())
+        index.refresh(worker.mirror, self.versions.get(cluster, 0))
+        return index
+
+    async def reconcile(self, key: str) -> None:
+        """Decide and, if needed, write the nomination of one manager Workload."""
+        namespace, _, name = key.partition("/")
+        workload = self.registry.manager.cache("workloads").get(name, namespace)
+        if workload is None:
+            self.in_flight.forget(key)
+            self.records.pop(key, None)
+            return
+        record = self.records.setdefault(key, Record())
+        checks = self.registry.multikueue_checks()
+        verdict = eligibility(workload, checks)
+        status = workload.get("status") or {}
+        if not verdict.eligible:
+            self._not_eligible(key, workload, record)
+            return
+        assert verdict.check is not None
+        now = self._now()
+        _, _, problem = self.registry.config_of(verdict.check)
+        if problem and problem != record.problem:
+            log.warning("workload %s: %s", key, problem, extra={"workload": key})
+        record.problem = problem
+        current = tuple(str(n) for n in status.get("nominatedClusterNames") or ())
+        if current != record.nominated:
+            # Someone else (or our earlier self) changed it: restart its clock from the API.
+            record.nominated = current
+            record.nominated_at = now if current else None
+        await self._check_stuck(key, workload, record, current, now)
+        request, snapshots = self._inputs(workload, verdict.check, record, current, now)
+        decision = await self._decide(key, request, snapshots)
+        if decision is None:
+            self.queue.add_after(key, self.config.resync_seconds)
+            return
+        record.decision, record.decided_at = decision, now
+        target = tuple(decision.nominate)
+        if target != current:
+            written = await self._write(workload, target)
+            if not written:
+                self.queue.add(key)  # re-read and decide again on fresh data
+                return
+            record.nominated, record.nominated_at = target, now
+            if target and record.first_nominated_at is None:
+                record.first_nominated_at = now
+            if target:
+                self.in_flight.record(target, queued_workload(request), now)
+            else:
+                self.in_flight.forget(key)
+            if self.metrics is not None and target:
+                cq = str((status.get("admission") or {}).get("clusterQueue") or "")
+                self.metrics.nominated(target, cluster_queue=cq, algorithm=decision.algorithm)
+            self._publish_in_flight()
+        message = summarize(decision)
+        if message != record.event_message:
+            record.event_message = message
+            await self._event(
+                workload,
+                "Nominated" if target else "NotNominated",
+                message,
+                "Normal" if target else "Warning",
+            )
+        follow_up = decision.requeue_after
+        self.queue.add_after(
+            key, follow_up if follow_up is not None else self.config.resync_seconds
+        )
+
+    def _inputs(
+        self,
+        workload: Mapping[str, Any],
+        check: str,
+        record: Record,
+        current: tuple[str, ...],
+        now: float,
+    ) -> tuple[DispatchRequest, list[ClusterSnapshot]]:
+        """The request and the candidate snapshots of one decision (from the mirrors only)."""
+        candidates, _ = self.registry.candidates(check)
+        request = request_from_workload(
+            workload,
+            now=now,
+            queued_at=_transition_time(workload, "QuotaReserved"),
+            nominated_at=record.nominated_at,
+            label_key=self.config.gpu_label_key,
+            resource_pattern=self.config.gpu_resource_pattern,
+        )
+        if current:
+            # After a restart the ledger is empty: re-seed it from the nomination in the API.
+            self.in_flight.record(current, queued_workload(request), record.nominated_at or now)
+        snapshots = [
+            build_snapshot(
+                candidate,
+                self._index(candidate.name) if candidate.active else None,
+                request,
+                self.in_flight,
+                label_key=self.config.gpu_label_key,
+                resource_pattern=self.config.gpu_resource_pattern,
+            )
+            for candidate in candidates
+        ]
+        return request, snapshots
+
+    async def evaluate(self, key: str) -> tuple[str, Decision | None]:
+        """A fresh decision for ``key`` without writing anything (``explain``): the
+        eligibility verdict and, when eligible, the decision."""
+        namespace, _, name = key.partition("/")
+        workload = self.registry.manager.cache("workloads").get(name, namespace)
+        if workload is None:
+            return "not found in the manager cluster", None
+        verdict = eligibility(workload, self.registry.multikueue_checks())
+        if not verdict.eligible:
+            return verdict.reason, None
+        assert verdict.check is not None
+        current = tuple(
+            str(n) for n in (workload.get("status") or {}).get("nominatedClusterNames") or ()
+        )
+        record = self.records.get(key) or Record(nominated=current)
+        request, snapshots = self._inputs(workload, verdict.check, record, current, self._now())
+        return verdict.reason, await self._decide(key, request, snapshots)
+
+    def _not_eligible(self, key: str, workload: Mapping[str, Any], record: Record) -> None:
+        status = workload.get("status") or {}
+        cluster = status.get("clusterName")
+        if cluster and not record.admission_reported and record.first_nominated_at is not None:
+            record.admission_reported = True
+            admitted = _transition_time(workload, "Admitted") or self._now()
+            if self.metrics is not None:
+                cq = str((status.get("admission") or {}).get("clusterQueue") or "")
+                self.metrics.observe_time_to_admission(
+                    max(0.0, admitted - record.first_nominated_at),
+                    cluster_queue=cq,
+                    cluster=str(cluster),
+                )
+        if not cluster:
+            record.first_nominated_at = None
+            record.admission_reported = False
+        self.in_flight.forget(key)
+        record.nominated, record.nominated_at = (), None
+        self._publish_in_flight()
+
+    async def _decide(
+        self, key: str, request: DispatchRequest, snapshots: list[ClusterSnapshot]
+    ) -> Decision | None:
+        """Run the pipeline in a worker thread with a deadline; a hung or failing plugin costs
+        this one decision, never the loop (the thread is abandoned on timeout)."""
+        started = anyio.current_time()
+        try:
+            with anyio.fail_after(self.config.decision_timeout_seconds):
+                decision = await anyio.to_thread.run_sync(
+                    self.decide,
+                    request,
+                    snapshots,
+                    abandon_on_cancel=True,
+                    limiter=self._limiter,
+                )
+        except TimeoutError:
+            log.error(
+                "workload %s: no decision within %.1fs (a plugin hangs?)",
+                key,
+                self.config.decision_timeout_seconds,
+                extra={"workload": key},
+            )
+            if self.metrics is not None:
+                self.metrics.error("decision")
+            return None
+        except Exception:
+            log.exception("workload %s: the decision failed", key, extra={"workload": key})
+            if self.metrics is not None:
+                self.metrics.error("decision")
+            return None
+        if self.metrics is not None:
+            self.metrics.observe_decision_latency(
+                anyio.current_time() - started,
+                cluster_queue="",
+                algorithm=decision.algorithm,
+            )
+            for error in decision.errors:
+                self.metrics.error("plugin")
+                log.warning(
+                    "workload %s: plugin stage %s (%s) failed: %s",
+                    key,
+                    error.stage,
+                    error.source,
+                    error.message,
+                    extra={"workload": key, "plugin": error.source},
+                )
+        return decision
+
+    async def _write(self, workload: Mapping[str, Any], target: tuple[str, ...]) -> bool:
+        """Write the nomination; False when it lost a race (re-read and decide again)."""
+        meta = workload["metadata"]
+        api = self.registry.manager.api
+        rv = str(meta.get("resourceVersion", ""))
+        if self.config.write_mode == "merge-patch":
+            body: dict[str, Any] = {
+                "metadata": {"resourceVersion": rv},
+                "status": {"nominatedClusterNames": list(target) if target else None},
+            }
+            result = await merge_patch_status(
+                api,
+                KUEUE_GROUP,
+                KUEUE_VERSION,
+                meta["namespace"],
+                "workloads",
+                meta["name"],
+                body,
+                self.config.field_manager,
+            )
+        else:
+            body = {
+                "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
+                "kind": "Workload",
+                "metadata": {
+                    "name": meta["name"],
+                    "namespace": meta["namespace"],
+                    "resourceVersion": rv,
+                },
+                "status": {"nominatedClusterNames": list(target)},
+            }
+            result = await apply_status(
+                api,
+                KUEUE_GROUP,
+                KUEUE_VERSION,
+                meta["namespace"],
+                "workloads",
+                meta["name"],
+                body,
+                self.config.field_manager,
+                force=True,
+            )
+        if isinstance(result, AdmittedMeanwhile):
+            self.races += 1
+            log.info(
+                "workload %s/%s changed meanwhile (%s): deciding again",
+                meta["namespace"],
+                meta["name"],
+                result.status,
+                extra={"workload": f"{meta['namespace']}/{meta['name']}"},
+            )
+            if self.metrics is not None:
+                self.metrics.error("write_conflict")
+            return False
+        self.writes += 1
+        log.info(
+            "workload %s/%s: nominated %s",
+            meta["namespace"],
+            meta["name"],
+            list(target),
+            extra={"workload": f"{meta['namespace']}/{meta['name']}", "clusters": list(target)},
+        )
+        return True
+
+    async def _check_stuck(
+        self,
+        key: str,
+        workload: Mapping[str, Any],
+        record: Record,
+        current: tuple[str, ...],
+        now: float,
+    ) -> None:
+        """Report the field-manager pitfall (C43): admitted on a nominated worker long ago, yet
+        Kueue never set ``clusterName`` on the manager."""
+        if record.stuck_reported:
+            return
+        for cluster in current:
+            index = self._index(cluster)
+            since = _parse_time(index.admitted.get(key)) if index is not None else None
+            if since is None or now - since < self.config.stuck_after_seconds:
+                continue
+            record.stuck_reported = True
+            message = (
+                f"the copy on {cluster} was admitted {now - since:.0f}s ago but Kueue has not "
+                "set status.clusterName: its admission write is probably rejected because "
+                "nominatedClusterNames is owned by another field manager (Kueue issue 6185). "
+                "Enable Kueue's clear-nominated-cluster-names admission policy or the "
+                "WorkloadRequestUseMergePatch feature gate, or run with write_mode=merge-patch"
+            )
+            log.error("workload %s is stuck: %s", key, message, extra={"workload": key})
+            if self.metrics is not None:
+                cq = str(
+                    ((workload.get("status") or {}).get("admission") or {}).get("clusterQueue")
+                    or ""
+                )
+                self.metrics.stuck_workload(cluster_queue=cq)
+            await self._event(workload, "AdmissionStuck", message, "Warning")
+            return
+
+    def _publish_in_flight(self) -> None:
+        if self.metrics is None:
+            return
+        now = self._now()
+        for cluster in set(self.registry.workers) | set(self.in_flight.clusters()):
+            self.metrics.set_in_flight(cluster, len(self.in_flight.on(cluster, now)))
+
+    def publish_connection_states(self) -> None:
+        """Export every worker's connection state as a metric."""
+        if self.metrics is None:
+            return
+        phases = {
+            "Connected": ConnectionState.CONNECTED,
+            "Connecting": ConnectionState.CONNECTING,
+            "Disconnected": ConnectionState.DISCONNECTED,
+            "Unusable": ConnectionState.UNUSABLE,
+        }
+        for name, state in self.registry.states().items():
+            self.metrics.set_connection_state(
+                name, phases.get(state.phase, ConnectionState.DISCONNECTED)
+            )
+
+    async def _event(
+        self, workload: Mapping[str, Any], reason: str, message: str, kind: str
+    ) -> None:
+        """A core/v1 Event on the Workload; failures are logged, never fatal."""
+        meta = workload["metadata"]
+        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {
+                "name": f"{meta['name']}.{uuid.uuid4().hex[:16]}",
+                "namespace": meta["namespace"],
+            },
+            "involvedObject": {
+                "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
+                "kind": "Workload",
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid", ""),
+                "resourceVersion": meta.get("resourceVersion", ""),
+            },
+            "reason": reason,
+            "message": message,
+            "type": kind,
+            "source": {"component": EVENT_COMPONENT},
+            "reportingComponent": EVENT_COMPONENT,
+            "reportingInstance": EVENT_COMPONENT,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        api: KubeApi = self.registry.manager.api
+        try:
+            await api.create(EVENTS, body, namespace=meta["namespace"])
+        except ApiError as error:
+            log.warning("could not record event %s on %s: %s", reason, meta["name"], error)
+            if self.metrics is not None:
+                self.metrics.error("event")
