@@ -78,11 +78,13 @@ __all__ = [
     "WorkloadLine",
     "apply_topology",
     "default_topology",
+    "demo_workloads",
     "generic_topology",
     "load_topology",
     "load_workloads",
     "parse_topology",
     "parse_workload_lines",
+    "submit_workloads",
     "topology_objects",
     "workload_object",
 ]
@@ -804,6 +806,10 @@ class WorkloadLine(_Model):
             raise _FieldError("podSets", "a Job has exactly one pod set")
         if self.pod_sets is not None:
             _unique((p.name for p in self.pod_sets), "pod set", "podSets")
+        if self.kind == "Job" and self.priority is not None:
+            raise _FieldError(
+                "priority", "a Job takes its priority from priorityClass (a Workload label)"
+            )
         return self
 
     @field_validator("preferred_gpu_types")
@@ -917,10 +923,32 @@ def workload_object(line: WorkloadLine, topology: Topology | None = None) -> Obj
     return {"apiVersion": WORKLOADS.api_version, "kind": "Workload", "metadata": meta, "spec": spec}
 
 
-def parse_workload_lines(lines: Iterable[str], *, source: str = "workloads") -> list[WorkloadLine]:
+def _topology_problems(line: WorkloadLine, topology: Topology) -> list[str]:
+    """What a line names that the topology does not have (``field: message``)."""
+    problems = []
+    queues = {(q.namespace, q.name) for q in topology.local_queues}
+    if (line.namespace, line.queue) not in queues:
+        problems.append(
+            f"queue: no LocalQueue {line.namespace}/{line.queue} in the topology "
+            f"(it has {', '.join(sorted(f'{ns}/{q}' for ns, q in queues))})"
+        )
+    classes = {p.name for p in topology.priority_classes}
+    if line.priority_class is not None and line.priority_class not in classes:
+        problems.append(
+            f"priorityClass: {line.priority_class!r} is not a priority class of the topology "
+            f"({', '.join(sorted(classes)) or 'none'})"
+        )
+    return problems
+
+
+def parse_workload_lines(
+    lines: Iterable[str], *, source: str = "workloads", topology: Topology | None = None
+) -> list[WorkloadLine]:
     """Validate JSON Lines; blank lines and ``#`` comments are skipped.
 
-    Raises :class:`WorkloadFileError` listing every bad line as ``SOURCE:LINE: field: message``.
+    With a ``topology``, each line's LocalQueue (namespace and queue) and priority class must
+    exist in it. Raises :class:`WorkloadFileError` listing every bad line as
+    ``SOURCE:LINE: field: message``.
     """
     out: list[WorkloadLine] = []
     errors: list[str] = []
@@ -949,6 +977,11 @@ def parse_workload_lines(lines: Iterable[str], *, source: str = "workloads") -> 
                 f"{where}: name: {line.namespace}/{line.name} already defined on line {seen[key]}"
             )
             continue
+        if topology is not None:
+            problems = _topology_problems(line, topology)
+            if problems:
+                errors += [f"{where}: {problem}" for problem in problems]
+                continue
         seen[key] = number
         out.append(line)
     if errors:
@@ -956,7 +989,42 @@ def parse_workload_lines(lines: Iterable[str], *, source: str = "workloads") -> 
     return out
 
 
-def load_workloads(path: str | Path) -> list[WorkloadLine]:
+def load_workloads(path: str | Path, topology: Topology | None = None) -> list[WorkloadLine]:
     """Read and validate a JSONL workload file (see :func:`parse_workload_lines`)."""
     with Path(path).open(encoding="utf-8") as handle:
-        return parse_workload_lines(handle, source=str(path))
+        return parse_workload_lines(handle, source=str(path), topology=topology)
+
+
+def demo_workloads() -> list[WorkloadLine]:
+    """The demo workload mix for the default topology (``topologies/demo-workloads.jsonl``)."""
+    resource = (
+        importlib.resources.files("dispatcher.sandbox") / "topologies" / "demo-workloads.jsonl"
+    )
+    return parse_workload_lines(
+        resource.read_text(encoding="utf-8").splitlines(),
+        source="demo-workloads.jsonl",
+        topology=default_topology(),
+    )
+
+
+async def submit_workloads(
+    client: KubeClient,
+    lines: Iterable[WorkloadLine],
+    topology: Topology | None = None,
+    *,
+    field_manager: str = SANDBOX_FIELD_MANAGER,
+) -> list[Obj]:
+    """Create the Job or Workload of every line through the API (usually on the manager)."""
+    created: list[Obj] = []
+    for line in lines:
+        body = workload_object(line, topology)
+        resource = JOBS if body["kind"] == "Job" else WORKLOADS
+        created.append(
+            await client.request(
+                "POST",
+                resource.path(line.namespace),
+                query={"fieldManager": field_manager},
+                body=body,
+            )
+        )
+    return created

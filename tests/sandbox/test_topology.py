@@ -32,11 +32,13 @@ from dispatcher.sandbox.topology import (
     WorkloadFileError,
     apply_topology,
     default_topology,
+    demo_workloads,
     generic_topology,
     load_topology,
     load_workloads,
     parse_topology,
     parse_workload_lines,
+    submit_workloads,
     topology_objects,
     workload_object,
 )
@@ -459,3 +461,60 @@ def test_workload_priority_class_needs_a_value() -> None:
     [line] = parse_workload_lines(['{"kind": "Workload", "name": "w", "priorityClass": "nope"}'])
     with pytest.raises(WorkloadFileError, match="priorityClass 'nope' has no value"):
         workload_object(line, default_topology())
+
+
+def test_workload_lines_checked_against_the_topology() -> None:
+    """C68: a workload names a LocalQueue that exists (same names on every cluster)."""
+    lines = [
+        json.dumps({"name": "a", "namespace": "team-a"}),
+        json.dumps({"name": "b", "namespace": "nowhere"}),
+        json.dumps({"name": "c", "queue": "other"}),
+        json.dumps({"name": "d", "priorityClass": "urgent"}),
+        json.dumps({"name": "e", "priority": 5}),
+    ]
+    with pytest.raises(WorkloadFileError) as raised:
+        parse_workload_lines(lines, source="w.jsonl", topology=default_topology())
+    errors = str(raised.value).splitlines()
+    assert errors[0].startswith("w.jsonl:2: queue: no LocalQueue nowhere/user-queue")
+    assert errors[1].startswith("w.jsonl:3: queue: no LocalQueue default/other")
+    assert errors[2].startswith("w.jsonl:4: priorityClass: 'urgent' is not a priority class")
+    assert errors[3] == (
+        "w.jsonl:5: priority: a Job takes its priority from priorityClass (a Workload label)"
+    )
+    assert len(errors) == 4
+
+
+def test_c71_demo_workload_mix_fits_the_default_topology() -> None:
+    lines = demo_workloads()
+    assert len(lines) >= 8
+    required = {line.gpu_type for line in lines if line.gpu_type}
+    assert required == {A100, H100}
+    assert any(line.preferred_gpu_types for line in lines)
+    assert any(line.gpu_type is None and not line.preferred_gpu_types for line in lines)
+    assert {line.priority_class for line in lines} >= {"high", "low", None}
+    assert all(workload_object(line)["kind"] == "Job" for line in lines)
+
+
+async def test_s18_submit_workloads_creates_jobs_and_workloads(crds_dir: Path) -> None:
+    topology = generic_topology([])
+    async with (
+        clusters_for(["manager"], crds_dir) as fakes,
+        KubeClient(fakes["manager"].kubeconfig) as kube,
+    ):
+        await apply_topology(topology, {"manager": kube})
+        lines = parse_workload_lines(
+            [
+                json.dumps({"name": "j", "priorityClass": "high", "runSeconds": 1}),
+                json.dumps({"kind": "Workload", "name": "w", "priorityClass": "low"}),
+            ],
+            topology=topology,
+        )
+        created = await submit_workloads(kube, lines, topology)
+        assert [(o["kind"], o["metadata"]["name"]) for o in created] == [
+            ("Job", "j"),
+            ("Workload", "w"),
+        ]
+        assert created[1]["spec"]["priority"] == 100
+        assert (
+            fakes["manager"].journal.entries()[-1].field_manager == "multikueue-dispatcher-sandbox"
+        )
