@@ -29,6 +29,7 @@ from dispatcher.sandbox.kueue.jobs import (
     RESOURCE_IN_USE_FINALIZER,
     RUN_SECONDS_ANNOTATION,
     JobAdapter,
+    workload_key_for,
     workload_name_for_job,
     workload_name_for_owner,
 )
@@ -590,6 +591,7 @@ async def test_c28_s55_sync_remote_job_creates_the_worker_job_and_mirrors_its_st
         assert remote["metadata"]["annotations"] == {RUN_SECONDS_ANNOTATION: "5"}
         assert "managedBy" not in remote["spec"] or remote["spec"]["managedBy"] is None
         assert remote["spec"]["suspend"] is True  # copied while the manager Job is suspended
+        assert workload_key_for(remote) == (NS, name)  # remote Job events map to the Workload
 
         # While the manager Job is suspended, status is not mirrored (upstream skips).
         running_status = {"active": 2, "startTime": "2026-01-01T00:00:00Z"}

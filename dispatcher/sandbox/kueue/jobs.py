@@ -103,6 +103,7 @@ __all__ = [
     "job_pod_sets",
     "remote_job_for",
     "workload_for_job",
+    "workload_key_for",
     "workload_name_for_job",
     "workload_name_for_owner",
 ]
@@ -267,6 +268,19 @@ def remote_job_for(local_job: Mapping[str, Any], workload_name: str, origin: str
         "metadata": new_meta,
         "spec": spec,
     }
+
+
+def workload_key_for(remote_job: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The (namespace, name) of the Workload a worker's Job belongs to, from its prebuilt label.
+
+    Kueue's ``MultiKueueWatcher.WorkloadKeyFor``: the manager watches Jobs on the workers too, so
+    that a change of a remote Job's status reconciles (and so mirrors, C28) its Workload.
+    """
+    meta = remote_job.get("metadata") or {}
+    name = (meta.get("labels") or {}).get(PREBUILT_WORKLOAD_LABEL)
+    if not name:
+        return None
+    return (meta.get("namespace", ""), name)
 
 
 # --- small predicates --------------------------------------------------------------------------
