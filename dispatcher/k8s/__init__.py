@@ -9,6 +9,24 @@
 
 Nothing here exposes kubernetes_asyncio types except ``ApiClient`` (the client a
 :class:`~dispatcher.k8s.client.KubeApi` wraps); errors are :class:`ApiError`.
+
+Typical use by a per-cluster supervisor::
+
+    valid = kubeconfig_from_secret(secret)            # KubeconfigError(reason, message)
+    async with await KubeApi.from_kubeconfig(valid.config, name="worker-1") as api:
+        send, receive = anyio.create_memory_object_stream[WatchItem](1000)
+        async with anyio.create_task_group() as tg:
+            await tg.start(functools.partial(list_watch, api, CLUSTER_QUEUES, send))
+            async with receive:
+                async for item in receive:
+                    cache.apply(item)                 # ObjectCache, or the mirror's own
+
+and by the controller's writer::
+
+    result = await apply_status(api, KUEUE_GROUP, KUEUE_VERSION, ns, "workloads", name,
+                                body, field_manager="multikueue-dispatcher")
+    if isinstance(result, AdmittedMeanwhile):
+        ...                                           # re-read and decide again
 """
 
 from __future__ import annotations

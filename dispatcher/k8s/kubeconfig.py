@@ -147,9 +147,14 @@ def _check_cluster(index: int, cluster: Mapping[str, Any]) -> None:
         )
 
 
+# Plugin entries are refused when present at all, even empty: the loader acts on the key.
+_PLUGINS = ("exec", "auth-provider")
+
+
 def _check_user(index: int, user: Mapping[str, Any]) -> None:
     for field, message in _USER_RULES:
-        if user.get(field):
+        value = user.get(field)
+        if value or (field in _PLUGINS and value is not None):
             raise KubeconfigError(INSECURE, f"users[{index}].user.{field}: {message}")
 
 

@@ -195,6 +195,12 @@ def test_the_current_context_must_resolve(edit: Any, message: str) -> None:
     assert (caught.value.reason, caught.value.message) == ("BadKubeConfig", message)
 
 
+@pytest.mark.parametrize("plugin", ["exec", "auth-provider"])
+def test_an_empty_plugin_entry_is_refused_too(plugin: str) -> None:
+    with pytest.raises(KubeconfigError, match=f"users\\[0\\].user.{plugin}: "):
+        validate_kubeconfig(_with(f"users.{plugin}", {}))
+
+
 def test_ip_hosts_are_accepted() -> None:
     for server in ("https://127.0.0.1:6443", "https://[::1]:6443", "https://kind-control-plane"):
         validate_kubeconfig(_with("clusters.server", server))
