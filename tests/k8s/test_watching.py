@@ -16,7 +16,7 @@ import pytest
 from anyio.abc import TaskGroup
 
 from dispatcher.k8s.client import KubeApi
-from dispatcher.k8s.resources import LOCAL_QUEUES, WORKLOADS
+from dispatcher.k8s.resources import CLUSTER_QUEUES, LOCAL_QUEUES, NAMESPACES, WORKLOADS
 from dispatcher.k8s.watching import (
     BackoffPolicy,
     Disconnected,
@@ -263,3 +263,33 @@ async def test_list_failures_back_off_then_recover(cluster: FakeCluster, api: Ku
     delays = [i.retry_in for i in mirror.items if isinstance(i, Disconnected)]
     assert delays == [0.05, 0.1, 0.2]
     assert {i.status for i in mirror.items if isinstance(i, Disconnected)} == {503}
+
+
+async def test_one_namespace_and_cluster_scoped_kinds(cluster: FakeCluster, api: KubeApi) -> None:
+    await api.create(NAMESPACES, {"metadata": {"name": "other"}})
+    other = workload("elsewhere")
+    other["metadata"]["namespace"] = "other"
+    await api.create(WORKLOADS, other, "other")
+    queues = ObjectCache()
+    workloads = ObjectCache()
+    send_q, receive_q = anyio.create_memory_object_stream[WatchItem](100)
+    send_w, receive_w = anyio.create_memory_object_stream[WatchItem](100)
+    async with anyio.create_task_group() as tg:
+        with anyio.fail_after(DEADLINE):
+            await tg.start(
+                functools.partial(list_watch, api, CLUSTER_QUEUES, send_q, settings=FAST)
+            )
+            await tg.start(
+                functools.partial(list_watch, api, WORKLOADS, send_w, namespace=NS, settings=FAST)
+            )
+            await cluster.wait_for_watches(2)
+            await api.create(CLUSTER_QUEUES, {"metadata": {"name": "cq"}, "spec": {}})
+            await create(api, "here")
+            async with receive_q, receive_w:
+                while queues.get("cq") is None:
+                    queues.apply(await receive_q.receive())
+                while workloads.get("here", NS) is None:
+                    workloads.apply(await receive_w.receive())
+        tg.cancel_scope.cancel()
+    assert list(queues.objects) == [("", "cq")]
+    assert list(workloads.objects) == [(NS, "here")]  # nothing from namespace "other"
