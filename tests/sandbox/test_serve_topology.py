@@ -140,7 +140,7 @@ async def test_c68_c71_c77_serve_default_topology(tmp_path: Path) -> None:
             assert await process.wait() == 0
 
 
-async def test_serve_custom_topology_file(tmp_path: Path) -> None:
+async def test_c68_serve_custom_topology_file(tmp_path: Path) -> None:
     topology = {
         "namespaces": ["ml"],
         "localQueues": [{"name": "q", "namespace": "ml", "clusterQueue": "cq"}],
@@ -207,7 +207,7 @@ async def test_serve_custom_topology_file(tmp_path: Path) -> None:
         (["--topology", "BAD"], "workers.0.gpus: unknown field"),
     ],
 )
-def test_serve_rejects_bad_arguments_before_starting(
+def test_c9_serve_rejects_bad_arguments_before_starting(
     tmp_path: Path, extra: list[str], message: str
 ) -> None:
     bad = tmp_path / "bad.yaml"

@@ -267,7 +267,7 @@ RESOURCE = f"{QUEUE}.resourceGroups.0.flavors.0.resources.0"
         ("namespaces", ["team-a", "team-a"], "namespaces.1: namespace 'team-a' appears twice"),
     ],
 )
-def test_topology_errors_name_the_field(path: str, value: Any, expected: str) -> None:
+def test_c68_c69_topology_errors_name_the_field(path: str, value: Any, expected: str) -> None:
     data = _set(minimal(), path, value)
     with pytest.raises(TopologyError) as raised:
         parse_topology(data, source="t.yaml")
@@ -281,7 +281,7 @@ def test_c9_at_most_twenty_workers() -> None:
         parse_topology(data)
 
 
-def test_topology_file_errors(tmp_path: Path) -> None:
+def test_c69_topology_file_errors_name_the_file(tmp_path: Path) -> None:
     bad_yaml = tmp_path / "bad.yaml"
     bad_yaml.write_text("manager: [unclosed\n")
     with pytest.raises(TopologyError, match="not valid YAML"):
@@ -428,7 +428,7 @@ def test_c12_c71_workload_lines_become_jobs_and_workloads() -> None:
         assert pod_set["template"]["spec"]["nodeSelector"] == {GPU_PRODUCT_LABEL: A100}
 
 
-def test_workload_file_errors_report_line_numbers(tmp_path: Path) -> None:
+def test_c12_workload_file_errors_report_line_numbers(tmp_path: Path) -> None:
     path = tmp_path / "mix.jsonl"
     path.write_text(
         "\n".join(
@@ -457,13 +457,14 @@ def test_workload_file_errors_report_line_numbers(tmp_path: Path) -> None:
     assert len(lines) == 7
 
 
-def test_workload_priority_class_needs_a_value() -> None:
+def test_c17_workload_priority_class_needs_a_priority_value() -> None:
+    """C17: ``priority`` is required when ``priorityClassRef`` is set."""
     [line] = parse_workload_lines(['{"kind": "Workload", "name": "w", "priorityClass": "nope"}'])
     with pytest.raises(WorkloadFileError, match="priorityClass 'nope' has no value"):
         workload_object(line, default_topology())
 
 
-def test_workload_lines_checked_against_the_topology() -> None:
+def test_c68_workload_lines_checked_against_the_topology() -> None:
     """C68: a workload names a LocalQueue that exists (same names on every cluster)."""
     lines = [
         json.dumps({"name": "a", "namespace": "team-a"}),

@@ -22,6 +22,9 @@ Job's status, since the fake clusters run no pods.
 * When the Workload is ``Admitted`` the Job is unsuspended, with the node labels and
   tolerations of the assigned ResourceFlavors merged into the pod template (``RunWithPodSetsInfo``);
   when it loses admission (eviction, C37) the Job is suspended again and the template restored.
+  This includes the manager's Job once its Workload is admitted (MultiKueue check ``Ready``), as
+  upstream: its ``spec.managedBy`` keeps the Job controller away, so it never runs there, and
+  MultiKueue only mirrors the worker's status onto an unsuspended manager Job.
 * When the Job finishes (``Complete``/``Failed``), the Workload gets ``Finished`` through a
   server-side apply of that one condition as ``kueue-job-controller-Finished`` (``UpdateStatus``).
 
