@@ -37,6 +37,15 @@ def request_from_workload(
 ) -> DispatchRequest:
     """A :class:`DispatchRequest` for a manager Workload at time ``now``."""
     view = workload if isinstance(workload, WorkloadView) else parse_workload(workload)
+    preferred = parse_preferred_gpu_types(view.annotations)
+    if not preferred and not isinstance(workload, WorkloadView):
+        # A Job's annotations do not reach its Workload, but its pod template does: accept the
+        # preference from the first pod template that carries it.
+        for pod_set in (workload.get("spec") or {}).get("podSets") or []:
+            template_meta = (pod_set.get("template") or {}).get("metadata") or {}
+            preferred = parse_preferred_gpu_types(template_meta.get("annotations") or {})
+            if preferred:
+                break
     return DispatchRequest(
         namespace=view.namespace,
         name=view.name,
@@ -47,7 +56,7 @@ def request_from_workload(
         required_gpu_types=required_gpu_types(
             view.pod_sets, label_key=label_key, resource_pattern=resource_pattern
         ),
-        preferred_gpu_types=parse_preferred_gpu_types(view.annotations),
+        preferred_gpu_types=preferred,
         queued_at=queued_at,
         nominated=view.nominated_cluster_names,
         nominated_at=nominated_at,

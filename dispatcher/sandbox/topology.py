@@ -833,7 +833,9 @@ class WorkloadLine(_Model):
         ]
 
 
-def _pod_template(pod_set: PodSetLine, gpu_type: str | None) -> Obj:
+def _pod_template(
+    pod_set: PodSetLine, gpu_type: str | None, preferred: list[str] | None = None
+) -> Obj:
     spec: Obj = {
         "restartPolicy": "Never",
         "containers": [
@@ -853,7 +855,14 @@ def _pod_template(pod_set: PodSetLine, gpu_type: str | None) -> Obj:
         del spec["containers"][0]["resources"]["limits"]
     if gpu_type:
         spec["nodeSelector"] = {GPU_PRODUCT_LABEL: gpu_type}
-    return {"spec": spec}
+    template: Obj = {"spec": spec}
+    if preferred:
+        # Kueue copies the pod template (not the Job's annotations) into the Workload, so the
+        # preference travels with the template to where the dispatcher reads it.
+        template["metadata"] = {
+            "annotations": {PREFERRED_GPU_TYPES_ANNOTATION: ",".join(preferred)}
+        }
+    return template
 
 
 def workload_object(line: WorkloadLine, topology: Topology | None = None) -> Obj:
@@ -887,7 +896,7 @@ def workload_object(line: WorkloadLine, topology: Topology | None = None) -> Obj
                 "completions": pod_set.count,
                 "suspend": True,
                 "managedBy": MULTIKUEUE_MANAGED_BY,
-                "template": _pod_template(pod_set, line.gpu_type),
+                "template": _pod_template(pod_set, line.gpu_type, line.preferred_gpu_types),
             },
         }
     if labels:
@@ -897,7 +906,11 @@ def workload_object(line: WorkloadLine, topology: Topology | None = None) -> Obj
     spec: Obj = {
         "queueName": line.queue,
         "podSets": [
-            {"name": p.name, "count": p.count, "template": _pod_template(p, line.gpu_type)}
+            {
+                "name": p.name,
+                "count": p.count,
+                "template": _pod_template(p, line.gpu_type, line.preferred_gpu_types),
+            }
             for p in pod_sets
         ],
     }
