@@ -20,6 +20,7 @@ from dispatcher.sandbox.fakeapi.admission import (
     MutatingHook,
     ValidatingHook,
     kueue_clear_nominated_cluster_names_hook,
+    kueue_cluster_name_webhook,
 )
 from dispatcher.sandbox.fakeapi.faults import Fault, Faults, Journal, JournalEntry
 from dispatcher.sandbox.fakeapi.kubeconfig import build_kubeconfig, merge_kubeconfigs
@@ -40,6 +41,7 @@ __all__ = [
     "build_kubeconfig",
     "fake_cluster",
     "kueue_clear_nominated_cluster_names_hook",
+    "kueue_cluster_name_webhook",
     "load_crd_documents",
     "merge_kubeconfigs",
 ]

@@ -195,3 +195,41 @@ def kueue_clear_nominated_cluster_names_hook() -> MutatingHook:
         ),
         fn=_clear_nomination,
     )
+
+
+# --- Kueue's validating webhook rule on clusterName (contract C18) ------------------------------
+
+KUEUE_CLUSTER_NAME_WEBHOOK = "kueue-workload-cluster-name"
+
+
+def _validate_cluster_name(request: AdmissionRequest) -> None:
+    new_status = (request.object or {}).get("status") or {}
+    old_status = (request.old_object or {}).get("status") or {}
+    new_cluster = new_status.get("clusterName")
+    if not new_cluster or old_status.get("clusterName"):
+        return  # unset → unset, or a change (the CRD's CEL rule owns immutability, C17)
+    nominated = old_status.get("nominatedClusterNames") or []
+    if new_cluster not in nominated:
+        raise Denied(
+            f'admission webhook "vworkload.kb.io" denied the request: status.clusterName: '
+            f'Invalid value: "{new_cluster}": when setting clusterName it must be one of the '
+            f"nominatedClusterNames {list(nominated)}"
+        )
+
+
+def kueue_cluster_name_webhook() -> ValidatingHook:
+    """Kueue's workload webhook rule C18 as a validating hook.
+
+    When ``status.clusterName`` goes from unset to a value, that value must be one of the
+    **old** object's ``nominatedClusterNames`` (elastic-slice replacements, not emulated here,
+    are the upstream exception).
+    """
+    return ValidatingHook(
+        name=KUEUE_CLUSTER_NAME_WEBHOOK,
+        match=Match(
+            groups=("kueue.x-k8s.io",),
+            resources=("workloads", "workloads/status"),
+            operations=("UPDATE",),
+        ),
+        fn=_validate_cluster_name,
+    )
