@@ -146,6 +146,7 @@ class Nominator:
         self.races = 0
         self._now = now or (lambda: datetime.datetime.now(datetime.UTC).timestamp())
         self._limiter = anyio.CapacityLimiter(max(1, self.config.workers))
+        self._decision_lock = anyio.Lock()
 
     # --- events from the registry --------------------------------------------------------------
 
@@ -249,25 +250,35 @@ class Nominator:
             record.nominated = current
             record.nominated_at = now if current else None
         await self._check_stuck(key, workload, record, current, now)
-        request, snapshots = self._inputs(workload, verdict.check, record, current, now)
-        decision = await self._decide(key, request, snapshots)
-        if decision is None:
-            self.queue.add_after(key, self.config.resync_seconds)
-            return
+        # Decisions are serialised with their in-flight bookkeeping: a burst must not have two
+        # decisions look at the same idle cluster before either is recorded (issue 4). The
+        # nomination counts as in flight from the decision on, and is rolled back if the write
+        # loses a race. Writes themselves run concurrently.
+        async with self._decision_lock:
+            request, snapshots = self._inputs(workload, verdict.check, record, current, now)
+            decision = await self._decide(key, request, snapshots)
+            if decision is None:
+                self.queue.add_after(key, self.config.resync_seconds)
+                return
+            target = tuple(decision.nominate)
+            if target != current:
+                if target:
+                    self.in_flight.record(target, queued_workload(request), now)
+                else:
+                    self.in_flight.forget(key)
         record.decision, record.decided_at = decision, now
-        target = tuple(decision.nominate)
         if target != current:
             written = await self._write(workload, target)
             if not written:
+                if current:
+                    self.in_flight.record(current, queued_workload(request), now)
+                else:
+                    self.in_flight.forget(key)
                 self.queue.add(key)  # re-read and decide again on fresh data
                 return
             record.nominated, record.nominated_at = target, now
             if target and record.first_nominated_at is None:
                 record.first_nominated_at = now
-            if target:
-                self.in_flight.record(target, queued_workload(request), now)
-            else:
-                self.in_flight.forget(key)
             if self.metrics is not None and target:
                 cq = str((status.get("admission") or {}).get("clusterQueue") or "")
                 self.metrics.nominated(target, cluster_queue=cq, algorithm=decision.algorithm)

@@ -1,0 +1,199 @@
+"""A whole emulated MultiKueue installation: clusters, Kueue, and (optionally) the dispatcher.
+
+Used by the ``sandbox`` command, by the end-to-end tests, and as the ``sandbox`` backend of the
+shared scenario suite. The clusters are fake API servers set up from a topology through their
+API; Kueue is the emulation (manager + workers); the dispatcher is the real manager process,
+run in this event loop, talking to the manager over HTTPS through a kubeconfig file and to the
+workers through the kubeconfig Secrets, exactly as in a cluster.
+
+Kueue's side is configured as a platform team would: the manager's ``dispatcherName`` names our
+dispatcher (external mode), Kueue's workload webhook rule on ``clusterName`` (C18) is on, and
+one remedy for the field-manager pitfall is chosen (``policy``: the
+``clear-nominated-cluster-names`` admission policy, C46, the default; ``gate``: the
+``WorkloadRequestUseMergePatch`` feature gate, C45; ``none``: neither, to show the pitfall).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+import yaml
+
+from dispatcher.app.manager import Manager, run_manager
+from dispatcher.app.settings import load_settings
+from dispatcher.sandbox.fakeapi.admission import (
+    kueue_clear_nominated_cluster_names_hook,
+    kueue_cluster_name_webhook,
+)
+from dispatcher.sandbox.kubeclient import WORKLOADS, KubeClient
+from dispatcher.sandbox.kueue.emulator import EmulatedKueue, run_kueue
+from dispatcher.sandbox.kueue.runtime import Clock, KueueConfig
+from dispatcher.sandbox.serve import Sandbox, start_topology
+from dispatcher.sandbox.topology import Topology, WorkloadLine, submit_workloads
+
+log = logging.getLogger(__name__)
+
+__all__ = ["DISPATCHER_NAME", "Environment", "Remedy", "environment"]
+
+DISPATCHER_NAME = "multikueue-dispatcher.io/dispatcher"
+Remedy = Literal["policy", "gate", "none"]
+
+Obj = dict[str, Any]
+
+
+@dataclass
+class Environment:
+    """A running installation."""
+
+    sandbox: Sandbox
+    kueue: EmulatedKueue
+    topology: Topology
+    manager_client: KubeClient
+    dispatcher: Manager | None = None
+    dispatcher_task: anyio.CancelScope | None = None
+    settings_overrides: Mapping[str, Any] = field(default_factory=dict)
+
+    async def submit(self, lines: Iterable[WorkloadLine]) -> list[Obj]:
+        """Create Jobs or Workloads on the manager."""
+        return await submit_workloads(self.manager_client, list(lines), self.topology)
+
+    async def workloads(self) -> list[Obj]:
+        """The manager's Workloads, fresh from the API."""
+        listed = await self.manager_client.list(WORKLOADS)
+        items: list[Obj] = listed.get("items") or []
+        return items
+
+    async def wait_for_manager(
+        self, predicate: Callable[[list[Obj]], bool], within: float = 60.0
+    ) -> list[Obj]:
+        """Wait until ``predicate(manager Workloads)`` holds, re-checking on every change the
+        emulated Kueue's manager informer sees; returns the Workloads."""
+        informer = self.kueue.manager.conn.cache(WORKLOADS)
+        changed = anyio.Event()
+
+        def listener(*_: object) -> None:
+            nonlocal changed
+            changed.set()
+            changed = anyio.Event()
+
+        self.kueue.manager.conn.subscribe(listener)
+        with anyio.fail_after(within):
+            while True:
+                items = informer.items()
+                if predicate(items):
+                    return items
+                await changed.wait()
+
+    async def worker_workloads(self, worker: str) -> list[Obj]:
+        """A worker's Workloads (remote copies), fresh from the API."""
+        cluster = self.sandbox.cluster(worker)
+        async with KubeClient(cluster.kubeconfig, user_agent="sandbox-observer") as kube:
+            listed = await kube.list(WORKLOADS)
+        items: list[Obj] = listed.get("items") or []
+        return items
+
+
+def _kueue_config(
+    dispatcher_name: str, remedy: Remedy, overrides: Mapping[str, Any]
+) -> KueueConfig:
+    options: dict[str, Any] = {
+        "dispatcher_name": dispatcher_name,
+        "merge_patch_gate": remedy == "gate",
+        "batch_period_seconds": 0.02,
+    }
+    options.update(overrides)
+    return KueueConfig(**options)
+
+
+@contextlib.asynccontextmanager
+async def environment(
+    directory: Path,
+    topology: Topology,
+    *,
+    remedy: Remedy = "policy",
+    run_dispatcher: bool = True,
+    dispatcher_name: str = DISPATCHER_NAME,
+    kueue: Mapping[str, Any] | None = None,
+    settings: Mapping[str, Any] | None = None,
+    clock: Clock | None = None,
+    crds: Path | None = None,
+) -> AsyncIterator[Environment]:
+    """Start the clusters of ``topology`` in ``directory``, Kueue on them, and the dispatcher.
+
+    ``kueue`` overrides :class:`KueueConfig` fields; ``settings`` overrides dispatcher settings
+    (flat or dotted keys, as the command line gives them).
+    """
+    sandbox = await start_topology(directory, topology, crds=crds)
+    try:
+        if remedy == "policy":
+            sandbox.manager.admission.add_mutating(kueue_clear_nominated_cluster_names_hook())
+        sandbox.manager.admission.add_validating(kueue_cluster_name_webhook())
+        config = _kueue_config(dispatcher_name, remedy, kueue or {})
+        manager_client = KubeClient(sandbox.manager.kubeconfig, user_agent="sandbox-user")
+        async with (
+            manager_client,
+            run_kueue(
+                sandbox.manager.kubeconfig,
+                {w.name: w.kubeconfig for w in sandbox.workers},
+                config,
+                clock,
+            ) as emulated,
+            anyio.create_task_group() as group,
+        ):
+            env = Environment(sandbox, emulated, topology, manager_client)
+            if run_dispatcher:
+                await start_dispatcher(env, group, dispatcher_name, settings or {})
+            try:
+                yield env
+            finally:
+                group.cancel_scope.cancel()
+    finally:
+        await sandbox.stop()
+
+
+async def start_dispatcher(
+    env: Environment,
+    group: anyio.abc.TaskGroup,
+    dispatcher_name: str,
+    overrides: Mapping[str, Any],
+) -> Manager:
+    """Run the real manager process in ``group``; returns once it serves its probes."""
+    kubeconfig = env.sandbox.kubeconfig_path(env.sandbox.manager)
+    flags: dict[str, Any] = {
+        "dispatcher_name": dispatcher_name,
+        "leader_election.enabled": False,
+        "health_address": "127.0.0.1:0",
+        "metrics_address": "127.0.0.1:0",
+        "log_format": "text",
+        "resync_seconds": 5.0,
+    }
+    flags.update(overrides)
+    settings = load_settings(flags, None)
+    started = anyio.Event()
+
+    def on_started(manager: Manager) -> None:
+        env.dispatcher = manager
+        started.set()
+
+    async def run() -> None:
+        await run_manager(
+            settings, kubeconfig=kubeconfig, handle_signals=False, on_started=on_started
+        )
+
+    group.start_soon(run)
+    with anyio.fail_after(30):
+        await started.wait()
+    assert env.dispatcher is not None
+    return env.dispatcher
+
+
+def kubeconfig_text(path: Path) -> dict[str, Any]:
+    """Read a kubeconfig file (helper for tools and tests)."""
+    loaded: dict[str, Any] = yaml.safe_load(path.read_text())
+    return loaded
