@@ -42,6 +42,33 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         help="instead of a topology: N identical generic workers worker-1 … worker-N",
     )
+    serve.add_argument(
+        "--kueue",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="run the Kueue emulation on the clusters (default on)",
+    )
+    serve.add_argument(
+        "--dispatcher-name",
+        default="multikueue-dispatcher.io/dispatcher",
+        help="the emulated manager Kueue's dispatcherName: an external name (default: ours, "
+        "nothing is nominated until a dispatcher runs), or all-at-once / incremental for "
+        "Kueue's built-in dispatchers",
+    )
+    serve.add_argument(
+        "--remedy",
+        choices=["policy", "gate", "none"],
+        default="policy",
+        help="the field-manager pitfall remedy on the manager: the clear-nominated-cluster-names "
+        "admission policy (default), the WorkloadRequestUseMergePatch gate, or none",
+    )
+    serve.add_argument("--incremental-step-size", type=int, default=3)
+    serve.add_argument(
+        "--incremental-round-seconds",
+        type=float,
+        default=300.0,
+        help="round length of the Incremental dispatcher (Kueue: 5 minutes)",
+    )
     serve.set_defaults(duration=None)
     run = sub.add_parser(
         "run",

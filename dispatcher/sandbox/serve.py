@@ -200,9 +200,35 @@ def _topology(args: argparse.Namespace) -> Topology:
     return load_topology(args.topology or "default")
 
 
+BUILTIN_DISPATCHERS = {
+    "all-at-once": "kueue.x-k8s.io/multikueue-dispatcher-all-at-once",
+    "incremental": "kueue.x-k8s.io/multikueue-dispatcher-incremental",
+}
+
+
 async def _serve(args: argparse.Namespace) -> int:
-    async with run_topology(Path(args.dir), _topology(args)) as sandbox:
-        print(_describe(sandbox), flush=True)
+    if not args.kueue:
+        async with run_topology(Path(args.dir), _topology(args)) as sandbox:
+            print(_describe(sandbox), flush=True)
+            print("READY", flush=True)
+            await _wait_for_signal()
+        return 0
+    from dispatcher.sandbox.environment import environment
+
+    name = BUILTIN_DISPATCHERS.get(args.dispatcher_name, args.dispatcher_name)
+    async with environment(
+        Path(args.dir),
+        _topology(args),
+        remedy=args.remedy,
+        run_dispatcher=False,
+        dispatcher_name=name,
+        kueue={
+            "incremental_step_size": args.incremental_step_size,
+            "incremental_round_seconds": args.incremental_round_seconds,
+        },
+    ) as env:
+        print(_describe(env.sandbox), flush=True)
+        print(f"Kueue emulation: dispatcherName {name}, pitfall remedy: {args.remedy}", flush=True)
         print("READY", flush=True)
         await _wait_for_signal()
     return 0
