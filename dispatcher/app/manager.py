@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from opentelemetry.trace import Tracer
 
 from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest
 from dispatcher.app.settings import Settings
@@ -87,6 +88,7 @@ class Manager:
     registry: ClusterRegistry | None = None
     nominator: Nominator | None = None
     bound: Any = None
+    tracer: Tracer | None = None
     stopped: anyio.Event = field(default_factory=anyio.Event)
 
     async def ready(self) -> CheckResult:
@@ -122,6 +124,7 @@ class Manager:
             build_decide(settings, self.host),
             config=controller_config(settings),
             metrics=self.metrics,
+            tracer=self.tracer,
         )
         async with anyio.create_task_group() as group:
             await group.start(self.registry.run)
@@ -191,7 +194,7 @@ async def run_manager(
     tracing = setup_tracing(settings.otlp_endpoint)
     api = await _open_manager_api(kubeconfig, settings)
     elector = LeaderElector(api, settings.leader_election, identity)
-    manager = Manager(settings, api, metrics, host, elector)
+    manager = Manager(settings, api, metrics, host, elector, tracer=tracing.tracer)
     code = 0
     try:
         async with anyio.create_task_group() as root:

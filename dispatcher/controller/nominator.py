@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
+from opentelemetry import trace
+from opentelemetry.trace import Tracer
 
 from dispatcher.algorithms.building import queued_workload, request_from_workload
 from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest
@@ -39,6 +41,7 @@ from dispatcher.k8s.watching import Listed, ObjectEvent, WatchItem
 from dispatcher.kueue.eligibility import eligibility
 from dispatcher.kueue.gputypes import DEFAULT_GPU_LABEL, DEFAULT_GPU_RESOURCE_PATTERN
 from dispatcher.telemetry.metrics import ConnectionState, Metrics
+from dispatcher.telemetry.tracing import ATTR_NAMESPACE, ATTR_WORKLOAD, SPAN_RECONCILE
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +135,7 @@ class Nominator:
         config: ControllerConfig | None = None,
         metrics: Metrics | None = None,
         now: Callable[[], float] | None = None,
+        tracer: Tracer | None = None,
     ) -> None:
         self.registry = registry
         self.decide = decide
@@ -147,6 +151,7 @@ class Nominator:
         self._now = now or (lambda: datetime.datetime.now(datetime.UTC).timestamp())
         self._limiter = anyio.CapacityLimiter(max(1, self.config.workers))
         self._decision_lock = anyio.Lock()
+        self._tracer = tracer or trace.get_tracer(__name__)
 
     # --- events from the registry --------------------------------------------------------------
 
@@ -224,20 +229,28 @@ class Nominator:
         return index
 
     async def reconcile(self, key: str) -> None:
-        """Decide and, if needed, write the nomination of one manager Workload."""
+        """Decide and, if needed, write the nomination of one manager Workload (one trace span
+        per reconcile, exported only when OTLP is configured)."""
         namespace, _, name = key.partition("/")
+        with self._tracer.start_as_current_span(SPAN_RECONCILE) as span:
+            span.set_attribute(ATTR_NAMESPACE, namespace)
+            span.set_attribute(ATTR_WORKLOAD, name)
+            outcome = await self._reconcile(key, namespace, name)
+            span.set_attribute("dispatcher.outcome", outcome)
+
+    async def _reconcile(self, key: str, namespace: str, name: str) -> str:
         workload = self.registry.manager.cache("workloads").get(name, namespace)
         if workload is None:
             self.in_flight.forget(key)
             self.records.pop(key, None)
-            return
+            return "deleted"
         record = self.records.setdefault(key, Record())
         checks = self.registry.multikueue_checks()
         verdict = eligibility(workload, checks)
         status = workload.get("status") or {}
         if not verdict.eligible:
             self._not_eligible(key, workload, record)
-            return
+            return "not eligible"
         assert verdict.check is not None
         now = self._now()
         _, _, problem = self.registry.config_of(verdict.check)
@@ -259,7 +272,7 @@ class Nominator:
             decision = await self._decide(key, request, snapshots)
             if decision is None:
                 self.queue.add_after(key, self.config.resync_seconds)
-                return
+                return "no decision"
             target = tuple(decision.nominate)
             if target != current:
                 if target:
@@ -275,7 +288,7 @@ class Nominator:
                 else:
                     self.in_flight.forget(key)
                 self.queue.add(key)  # re-read and decide again on fresh data
-                return
+                return "race"
             record.nominated, record.nominated_at = target, now
             if target and record.first_nominated_at is None:
                 record.first_nominated_at = now
@@ -296,6 +309,7 @@ class Nominator:
         self.queue.add_after(
             key, follow_up if follow_up is not None else self.config.resync_seconds
         )
+        return "nominated" if target != current else "unchanged"
 
     def _inputs(
         self,
