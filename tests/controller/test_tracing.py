@@ -17,14 +17,16 @@ async def test_reconcile_records_a_span_with_the_workload_and_outcome() -> None:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    async with FakeCluster("m") as cluster:
-        async with await KubeApi.from_kubeconfig(cluster.kubeconfig) as api:
-            nominator = Nominator(
-                ClusterRegistry(api),
-                lambda request, snapshots: Decision("none", (), "unused"),
-                tracer=provider.get_tracer("test"),
-            )
-            await nominator.reconcile("team-a/missing")
+    async with (
+        FakeCluster("m") as cluster,
+        await KubeApi.from_kubeconfig(cluster.kubeconfig) as api,
+    ):
+        nominator = Nominator(
+            ClusterRegistry(api),
+            lambda request, snapshots: Decision("none", (), "unused"),
+            tracer=provider.get_tracer("test"),
+        )
+        await nominator.reconcile("team-a/missing")
     [span] = exporter.get_finished_spans()
     assert span.name == "dispatcher.reconcile"
     assert span.attributes is not None
