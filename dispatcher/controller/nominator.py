@@ -367,12 +367,15 @@ class Nominator:
         status = workload.get("status") or {}
         cluster = status.get("clusterName")
         if cluster and not record.admission_reported and record.first_nominated_at is not None:
+            # Time from quota reservation on the manager (when the workload started waiting
+            # for a worker) to admission on a worker (the metric's documented meaning).
             record.admission_reported = True
             admitted = _transition_time(workload, "Admitted") or self._now()
+            reserved = _transition_time(workload, "QuotaReserved") or record.first_nominated_at
             if self.metrics is not None:
                 cq = str((status.get("admission") or {}).get("clusterQueue") or "")
                 self.metrics.observe_time_to_admission(
-                    max(0.0, admitted - record.first_nominated_at),
+                    max(0.0, admitted - reserved),
                     cluster_queue=cq,
                     cluster=str(cluster),
                 )
