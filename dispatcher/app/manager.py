@@ -58,6 +58,7 @@ def controller_config(settings: Settings) -> ControllerConfig:
         workers=settings.workers,
         resync_seconds=settings.resync_seconds,
         decision_timeout_seconds=settings.decision_timeout_seconds,
+        stuck_after_seconds=settings.stuck_after_seconds,
         algorithm="+".join(settings.algorithms),
     )
 

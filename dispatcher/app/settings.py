@@ -186,6 +186,14 @@ class Settings(BaseSettings):
         description="How long a nomination may stay unadmitted before the workload is decided "
         "again, unless the algorithm says otherwise.",
     )
+    stuck_after_seconds: float = Field(
+        default=15.0,
+        gt=0,
+        description="How long a copy may stay Admitted on a nominated worker while Kueue has not "
+        "set `status.clusterName` on the manager before the workload is reported stuck (the "
+        "field-manager pitfall, contract C43: log, `AdmissionStuck` Event, "
+        "`multikueue_dispatcher_stuck_workloads_total`).",
+    )
     decision_timeout_seconds: float = Field(
         default=5.0,
         gt=0,

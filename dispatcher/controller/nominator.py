@@ -513,7 +513,12 @@ class Nominator:
         for cluster in current:
             index = self._index(cluster)
             since = _parse_time(index.admitted.get(key)) if index is not None else None
-            if since is None or now - since < self.config.stuck_after_seconds:
+            if since is None:
+                continue
+            if now - since < self.config.stuck_after_seconds:
+                # Nothing else may wake this workload up (the rejected admission write changes
+                # nothing we watch): look again when it would count as stuck.
+                self.queue.add_after(key, self.config.stuck_after_seconds - (now - since))
                 continue
             record.stuck_reported = True
             message = (
