@@ -19,12 +19,54 @@ def build_parser() -> argparse.ArgumentParser:
 
     sandbox = sub.add_parser(
         "sandbox",
-        help="emulated manager and worker clusters on this machine",
-        description="Start the emulated clusters of the default topology.",
+        help="the demo: emulated clusters, Kueue and the dispatcher with a workload mix",
+        description="Start the emulated manager and workers, the emulated Kueue and the real "
+        "dispatcher, submit a workload mix, show the progress live and end with a summary. "
+        "Exit status 0 when every workload that fits the topology was admitted on a matching "
+        "cluster, 1 when something failed, 2 for bad input files.",
     )
     sandbox.add_argument("--dir", help="folder for <cluster>.kubeconfig files (default: temporary)")
     sandbox.add_argument(
-        "--duration", type=float, help="serve this many seconds, then stop (default: until Ctrl-C)"
+        "--algorithm",
+        metavar="NAMES",
+        help="comma-separated algorithm pipeline (default: the dispatcher's default, "
+        "gpu-type-affinity,capacity-first); see `multikueue-dispatcher plugins`",
+    )
+    sandbox.add_argument(
+        "--topology", metavar="FILE", help="topology YAML file (default: the built-in default)"
+    )
+    sandbox.add_argument(
+        "--workloads", metavar="FILE", help="workload JSONL file (default: the built-in demo mix)"
+    )
+    sandbox.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="timed workload JSONL: workload lines with `at` (seconds after the start)",
+    )
+    sandbox.add_argument("--json", metavar="FILE", help="write the summary as JSON to FILE")
+    sandbox.add_argument(
+        "--keep",
+        action="store_true",
+        help="stay up after the summary and print kubectl commands to explore (until Ctrl-C)",
+    )
+    sandbox.add_argument(
+        "--time-scale",
+        type=float,
+        default=10.0,
+        metavar="FACTOR",
+        help="divide runSeconds and trace times by FACTOR (default 10; 1: real time)",
+    )
+    sandbox.add_argument(
+        "--timeout",
+        type=float,
+        default=40.0,
+        metavar="SECONDS",
+        help="give up waiting for admissions this long after the last submission (default 40)",
+    )
+    sandbox.add_argument(
+        "--duration",
+        type=float,
+        help="with --keep: stay up this many seconds after the summary instead of until Ctrl-C",
     )
     sandbox_sub = sandbox.add_subparsers(dest="sandbox_command", metavar="SUBCOMMAND")
     serve = sandbox_sub.add_parser(

@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import signal
 import sys
-import tempfile
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +36,6 @@ from dispatcher.sandbox.topology import (
     Topology,
     TopologyError,
     apply_topology,
-    default_topology,
     generic_topology,
     load_topology,
 )
@@ -234,35 +232,9 @@ async def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _demo(args: argparse.Namespace) -> int:
-    with contextlib.ExitStack() as stack:
-        directory = (
-            Path(args.dir)
-            if args.dir
-            else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mkd-sandbox-")))
-        )
-        async with run_topology(directory, default_topology()) as sandbox:
-            print("multikueue-dispatcher sandbox: emulated manager and workers\n")
-            print(_describe(sandbox))
-            worker = sandbox.kubeconfig_path(sandbox.workers[0])
-            print("\nTry, in another terminal:")
-            print(f"  kubectl --kubeconfig {worker} get workloads.kueue.x-k8s.io -A")
-            print(f"  kubectl --kubeconfig {worker} get nodes")
-            print(
-                f"  kubectl --kubeconfig {sandbox.kubeconfig_path(sandbox.manager)} "
-                f"-n {KUEUE_NAMESPACE} get secrets"
-            )
-            if args.duration is not None:
-                print(f"\nServing for {args.duration:g} s.", flush=True)
-                await asyncio.sleep(args.duration)
-            else:
-                print("\nServing until Ctrl-C.", flush=True)
-                await _wait_for_signal()
-    return 0
-
-
 def main(args: argparse.Namespace) -> int:
-    """Run ``sandbox`` or ``sandbox serve`` from parsed command-line arguments."""
+    """Run ``sandbox serve``, or the ``sandbox`` demo (:mod:`dispatcher.sandbox.demo`), from
+    parsed command-line arguments."""
     if args.sandbox_command == "serve":
         if args.workers is not None and args.topology is not None:
             print("error: give --topology or --workers, not both", file=sys.stderr)
@@ -276,4 +248,6 @@ def main(args: argparse.Namespace) -> int:
             print(f"error: {error}", file=sys.stderr)
             return 2
         return asyncio.run(_serve(args))
-    return asyncio.run(_demo(args))
+    from dispatcher.sandbox.demo import main as demo_main
+
+    return demo_main(args)
