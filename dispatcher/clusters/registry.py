@@ -93,6 +93,9 @@ class Worker:
     state: WorkerState = field(
         default_factory=lambda: WorkerState("Connecting", "Connecting", "", 0.0)
     )
+    settled: bool = False
+    """The first connection attempt has an outcome (synced, failed, or the kubeconfig is
+    unusable): until then the dispatcher does not know what is on this worker."""
 
     @property
     def connected(self) -> bool:
@@ -250,6 +253,7 @@ class ClusterRegistry:
                 worker.state = WorkerState(
                     "Unusable", resolved.reason, resolved.message, self._now()
                 )
+                worker.settled = True
                 log.warning(
                     "worker %s is unusable: %s",
                     name,
@@ -281,6 +285,8 @@ class ClusterRegistry:
             self._on_change(name, "connection", Disconnected("state changed", 0, 0.0))
 
     def _set_state(self, worker: Worker, phase: str, reason: str, message: str) -> None:
+        settles = not worker.settled and (phase != "Connecting" or bool(message))
+        worker.settled = worker.settled or settles
         if (worker.state.phase, worker.state.reason) != (phase, reason):
             worker.state = WorkerState(phase, reason, message, self._now())
             log.info(
@@ -294,6 +300,8 @@ class ClusterRegistry:
             self._notify(worker.name)
         else:
             worker.state.message = message
+            if settles:
+                self._notify(worker.name)
 
     async def _supervise(self, worker: Worker, config: ValidKubeconfig) -> None:
         """Connect to one worker and keep its mirror running; retry with backoff on failure."""

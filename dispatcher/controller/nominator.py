@@ -65,6 +65,9 @@ class ControllerConfig:
     stuck_after_seconds: float = 15.0
     """How long a copy may be Admitted on a worker without ``clusterName`` on the manager
     before the workload is reported stuck (the field-manager pitfall, C43)."""
+    sync_grace_seconds: float = 10.0
+    """After a start, how long decisions wait for every candidate worker's first connection
+    attempt to have an outcome (synced, failed or unusable)."""
     gpu_label_key: str = DEFAULT_GPU_LABEL
     gpu_resource_pattern: str = DEFAULT_GPU_RESOURCE_PATTERN
     algorithm: str = "default"
@@ -151,6 +154,7 @@ class Nominator:
         self._now = now or (lambda: datetime.datetime.now(datetime.UTC).timestamp())
         self._limiter = anyio.CapacityLimiter(max(1, self.config.workers))
         self._decision_lock = anyio.Lock()
+        self._started: float | None = None
         self._tracer = tracer or trace.get_tracer(__name__)
 
     # --- events from the registry --------------------------------------------------------------
@@ -257,6 +261,14 @@ class Nominator:
         if problem and problem != record.problem:
             log.warning("workload %s: %s", key, problem, extra={"workload": key})
         record.problem = problem
+        waiting = self._first_sync_pending(verdict.check, now)
+        if waiting is not None:
+            # Just (re)started and a worker mirror is still listing: a decision now would see
+            # a partial picture and could move a standing nomination away from the worker
+            # where Kueue is admitting the copy (a contradictory write, C48). The worker's
+            # state change re-queues waiting workloads; the grace bounds the wait.
+            self.queue.add_after(key, waiting)
+            return "waiting for worker sync"
         current = tuple(str(n) for n in status.get("nominatedClusterNames") or ())
         if current != record.nominated:
             # Someone else (or our earlier self) changed it: restart its clock from the API.
@@ -310,6 +322,18 @@ class Nominator:
             key, follow_up if follow_up is not None else self.config.resync_seconds
         )
         return "nominated" if target != current else "unchanged"
+
+    def _first_sync_pending(self, check: str, now: float) -> float | None:
+        """Seconds of grace left while a candidate worker has not settled yet, else None."""
+        if self._started is None:
+            self._started = now
+        left = self._started + self.config.sync_grace_seconds - now
+        if left <= 0:
+            return None
+        candidates, _ = self.registry.candidates(check)
+        if any(c.worker is not None and not c.worker.settled for c in candidates):
+            return left
+        return None
 
     def _inputs(
         self,
