@@ -1,0 +1,57 @@
+"""The scenario suite's backend: ``sandbox`` (default) or ``kind``.
+
+Choose with ``pytest tests/e2e --backend kind`` or ``E2E_BACKEND=kind``. The kind backend is
+skipped, with the reason, where docker, kind or the clusters are missing (``hack/kind-e2e.sh``
+creates them and runs the suite).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+BACKENDS = ("sandbox", "kind")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--backend",
+        choices=BACKENDS,
+        default=None,
+        help="backend of the e2e scenario suite (default: $E2E_BACKEND or sandbox)",
+    )
+
+
+def backend_name(config: pytest.Config) -> str:
+    """The chosen backend: the option, else ``E2E_BACKEND``, else ``sandbox``."""
+    chosen = config.getoption("--backend", default=None) or os.environ.get("E2E_BACKEND")
+    chosen = chosen or "sandbox"
+    if chosen not in BACKENDS:
+        raise pytest.UsageError(f"E2E_BACKEND={chosen!r}: choose one of {', '.join(BACKENDS)}")
+    return str(chosen)
+
+
+@pytest.fixture(scope="module")
+async def backend(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Any]:
+    """One installation per module, shared by its scenarios (each starts with ``reset``)."""
+    name = backend_name(request.config)
+    if name == "kind":
+        from e2e_kind_backend import KindBackend, unavailable_reason
+
+        reason = unavailable_reason()
+        if reason is not None:
+            pytest.skip(f"kind backend: {reason}")
+        async with KindBackend() as kind:
+            yield kind
+        return
+    from e2e_sandbox_backend import SandboxBackend
+
+    crds: Path = request.getfixturevalue("crds_dir")
+    async with SandboxBackend(tmp_path_factory.mktemp("e2e"), crds) as sandbox:
+        yield sandbox

@@ -1,0 +1,467 @@
+"""The backend interface of the scenario suite, and the part both backends share.
+
+Scenarios (``test_e2e_scenarios.py``) are written once against :class:`Backend`. Two backends
+implement it:
+
+- ``sandbox`` (``e2e_sandbox_backend.py``, the default, runs in CI): fake API servers, the
+  emulated Kueue and the real dispatcher in this process (``dispatcher.sandbox.environment``);
+- ``kind`` (``e2e_kind_backend.py``, opt-in): three kind clusters with the real Kueue and the
+  dispatcher Deployment, set up by ``hack/kind-e2e.sh``.
+
+Both are a :class:`KubeBackend`: everything they observe goes through kubernetes_asyncio over
+the clusters' kubeconfigs (HTTPS, bearer tokens), so the sandbox run exercises the same reading
+code as the kind run. A backend only adds what needs the environment's own controls: taking a
+worker off the network, restarting the dispatcher, switching Kueue's dispatcher.
+
+What a backend observes is kept in :class:`ClusterView` mirrors (one list-then-watch per cluster
+and kind), which also keep the **history** of every Workload: the nominations written on the
+manager and every remote copy that ever appeared on a worker, so scenarios can assert that
+something never happened ("no copy ever appeared on worker1").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, TypeVar
+
+import aiohttp
+import anyio
+import anyio.abc
+from kubernetes_asyncio import client, config, watch
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from dispatcher.sandbox.topology import WorkloadLine, workload_object
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+T = TypeVar("T")
+KueueMode = Literal["external", "all-at-once", "incremental"]
+
+NAMESPACE = "team-a"
+WORKERS = ("worker1", "worker2")
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_VERSION = "v1beta2"
+ORIGIN_LABEL = "kueue.x-k8s.io/multikueue-origin"
+A100 = "NVIDIA-A100-SXM4-80GB"
+H100 = "NVIDIA-H100-80GB-HBM3"
+GPU_OF = {"worker1": A100, "worker2": H100}
+USER_AGENT = "multikueue-dispatcher-e2e"
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Deadlines of the backend's waits (Kueue's e2e: 10 s, 45 s, 90 s, 5 min; contract C79)."""
+
+    short: float
+    long: float
+    quiet: float
+    """How long a scenario watches for something that must not happen (S1, S9)."""
+
+
+# --- what the scenarios need --------------------------------------------------------------------
+
+
+class Backend(Protocol):
+    """What a scenario may do and observe. Names of jobs are Job names on the manager."""
+
+    name: str
+    timeouts: Timeouts
+
+    async def submit(self, job: WorkloadLine) -> None:
+        """Create the Job on the manager (suspended, managed by MultiKueue)."""
+
+    async def submit_to_worker(self, worker: str, job: WorkloadLine) -> None:
+        """Create a Job directly on a worker (its own Kueue queues it; no MultiKueue)."""
+
+    async def delete_job(self, name: str, worker: str | None = None) -> None:
+        """Delete a Job on the manager (or on ``worker``), with its pods."""
+
+    async def wait_workload(
+        self, job: str, predicate: Callable[[Obj], bool], what: str, within: float | None = None
+    ) -> Obj:
+        """Wait until the manager Workload of ``job`` satisfies ``predicate``; returns it."""
+
+    async def wait_for(self, predicate: Callable[[], T | None], what: str, within: float) -> T:
+        """Wait until ``predicate()`` (over what the backend observes) returns a value."""
+
+    async def stays(self, predicate: Callable[[], bool], what: str, window: float) -> None:
+        """Fail if ``predicate()`` turns false within ``window`` seconds (must-not-happen)."""
+
+    def workload(self, job: str) -> Obj | None:
+        """The manager Workload of ``job`` as last observed."""
+
+    def copies(self, job: str) -> dict[str, Obj]:
+        """The remote copies of ``job``'s Workload now, by worker."""
+
+    def copies_ever(self, job: str) -> set[str]:
+        """The workers on which a copy of ``job``'s Workload ever appeared."""
+
+    def nominations(self, job: str) -> list[tuple[str, ...]]:
+        """Every distinct ``status.nominatedClusterNames`` of ``job``'s Workload, in order."""
+
+    def revisions(self, job: str) -> list[str]:
+        """Every resourceVersion of ``job``'s manager Workload observed, in order."""
+
+    def worker_jobs(self, worker: str) -> set[str]:
+        """Names of the Jobs on a worker now."""
+
+    def cluster_active(self, worker: str) -> bool | None:
+        """The MultiKueueCluster's ``Active`` condition as Kueue reports it."""
+
+    async def disconnect_worker(self, worker: str) -> None:
+        """Make the worker's API unreachable (Kueue and the dispatcher lose it)."""
+
+    async def reconnect_worker(self, worker: str) -> None:
+        """Make the worker's API reachable again."""
+
+    async def stop_dispatcher(self) -> None:
+        """Stop every dispatcher replica (Kueue keeps running)."""
+
+    async def start_dispatcher(self) -> None:
+        """Start the dispatcher again (new processes: nothing is kept in memory)."""
+
+    async def restart_dispatcher(self) -> None:
+        """Stop the dispatcher and start it again (a new process, nothing kept in memory)."""
+
+    async def use_kueue_dispatcher(self, mode: KueueMode) -> None:
+        """Switch Kueue's ``multiKueue.dispatcherName``: ``external`` (ours, with our dispatcher
+        running) or one of Kueue's built-ins (with our dispatcher stopped). The clusters hold
+        no scenario Jobs afterwards."""
+
+    async def reset(self) -> None:
+        """Delete every scenario Job on every cluster and wait until no Workload is left."""
+
+
+# --- observed state ------------------------------------------------------------------------------
+
+
+@dataclass
+class History:
+    """What was observed of one Workload (by name) over the run."""
+
+    nominations: list[tuple[str, ...]] = field(default_factory=list)
+    revisions: list[str] = field(default_factory=list)
+    copies_on: set[str] = field(default_factory=set)
+
+
+def owner_job(obj: Obj) -> str | None:
+    """The name of the Job owning a Workload (None for a Workload without one)."""
+    for owner in obj["metadata"].get("ownerReferences") or []:
+        if owner.get("kind") == "Job":
+            return str(owner["name"])
+    return None
+
+
+def nominated_of(obj: Obj) -> tuple[str, ...]:
+    """``status.nominatedClusterNames``."""
+    return tuple(str(n) for n in (obj.get("status") or {}).get("nominatedClusterNames") or ())
+
+
+def cluster_of(obj: Obj | None) -> str | None:
+    """``status.clusterName`` (None until Kueue admitted the Workload on a worker)."""
+    value = ((obj or {}).get("status") or {}).get("clusterName")
+    return str(value) if value else None
+
+
+def condition(obj: Obj | None, kind: str) -> Obj | None:
+    """The condition of that type."""
+    for item in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if item.get("type") == kind:
+            found: Obj = item
+            return found
+    return None
+
+
+def is_true(obj: Obj | None, kind: str) -> bool:
+    """Whether the condition ``kind`` is True."""
+    return (condition(obj, kind) or {}).get("status") == "True"
+
+
+def admitted_on(worker: str) -> Callable[[Obj], bool]:
+    """Predicate: admitted on ``worker`` with the nomination cleared (S5)."""
+    return lambda w: cluster_of(w) == worker and is_true(w, "Admitted")
+
+
+@dataclass(frozen=True)
+class Watched:
+    """A collection a :class:`ClusterView` mirrors."""
+
+    key: str
+    group: str
+    version: str
+    plural: str
+    namespaced: bool = True
+
+
+WORKLOADS = Watched("workloads", KUEUE_GROUP, KUEUE_VERSION, "workloads")
+JOBS = Watched("jobs", "batch", "v1", "jobs")
+MULTIKUEUE_CLUSTERS = Watched(
+    "multikueueclusters", KUEUE_GROUP, KUEUE_VERSION, "multikueueclusters", namespaced=False
+)
+
+
+class ClusterView:
+    """List-then-watch mirrors of a few collections of one cluster; survives the cluster going
+    away (the last state is kept and the watch is resumed when it is back)."""
+
+    def __init__(
+        self,
+        name: str,
+        api: client.ApiClient,
+        watched: tuple[Watched, ...],
+        notify: Callable[[str, str, Obj], None],
+    ) -> None:
+        self.name = name
+        self.api = api
+        self.watched = watched
+        self.objects: dict[str, dict[str, Obj]] = {w.key: {} for w in watched}
+        self.synced: dict[str, bool] = {w.key: False for w in watched}
+        self._notify = notify
+
+    async def run(
+        self, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Mirror every collection until cancelled; started once all are listed."""
+        async with anyio.create_task_group() as group:
+            for spec in self.watched:
+                await group.start(self._mirror, spec)
+            task_status.started()
+
+    def _list_call(self, spec: Watched) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+        if spec.key == "jobs":
+            return client.BatchV1Api(self.api).list_namespaced_job, (NAMESPACE,)
+        objects = client.CustomObjectsApi(self.api)
+        if spec.namespaced:
+            return objects.list_namespaced_custom_object, (
+                spec.group,
+                spec.version,
+                NAMESPACE,
+                spec.plural,
+            )
+        return objects.list_cluster_custom_object, (spec.group, spec.version, spec.plural)
+
+    async def _mirror(
+        self, spec: Watched, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        call, args = self._list_call(spec)
+        started = False
+        while True:
+            try:
+                listed = await call(*args, _request_timeout=10)
+                if spec.key == "jobs":
+                    listed = self.api.sanitize_for_serialization(listed)
+                items = {i["metadata"]["name"]: i for i in listed.get("items") or []}
+                self.objects[spec.key] = items
+                self.synced[spec.key] = True
+                for obj in items.values():
+                    self._notify(self.name, spec.key, obj)
+                self._notify(self.name, spec.key, {})
+                if not started:
+                    started = True
+                    task_status.started()
+                version = (listed.get("metadata") or {}).get("resourceVersion")
+                async with watch.Watch() as stream:
+                    async for event in stream.stream(
+                        call, *args, resource_version=version, timeout_seconds=30
+                    ):
+                        obj = event["object"]
+                        if not isinstance(obj, dict):
+                            obj = self.api.sanitize_for_serialization(obj)
+                        name = obj["metadata"]["name"]
+                        if event["type"] == "DELETED":
+                            self.objects[spec.key].pop(name, None)
+                        elif event["type"] in ("ADDED", "MODIFIED"):
+                            self.objects[spec.key][name] = obj
+                        self._notify(self.name, spec.key, obj)
+            except (ApiException, aiohttp.ClientError, OSError, TimeoutError, ValueError) as error:
+                # The cluster is away (S8) or the watch expired: keep the last state, retry.
+                log.debug("%s %s: watch interrupted: %s", self.name, spec.key, error)
+                if not started:
+                    raise
+                await anyio.sleep(0.2)  # retry backoff, not synchronisation
+
+
+class KubeBackend:
+    """The observing half of every backend: clients and mirrors over kubeconfig dicts."""
+
+    name = "kube"
+    timeouts = Timeouts(short=30, long=90, quiet=10)
+
+    def __init__(self) -> None:
+        self.apis: dict[str, client.ApiClient] = {}
+        self.views: dict[str, ClusterView] = {}
+        self.history: dict[str, History] = {}
+        self._changed = anyio.Event()
+        self._scope: anyio.CancelScope | None = None
+
+    # --- connecting ---------------------------------------------------------------------------
+
+    async def connect(
+        self, kubeconfigs: Mapping[str, Mapping[str, Any]], group: anyio.abc.TaskGroup
+    ) -> None:
+        """Build clients for ``manager`` and the workers and start the mirrors in ``group``."""
+        self.history.clear()
+        for name, kubeconfig in kubeconfigs.items():
+            api = await config.new_client_from_config_dict(dict(kubeconfig))
+            api.user_agent = USER_AGENT
+            self.apis[name] = api
+        scope = anyio.CancelScope()
+        self._scope = scope
+
+        async def mirrors(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+            with scope:
+                async with anyio.create_task_group() as inner:
+                    for name, api in self.apis.items():
+                        watched = (
+                            (WORKLOADS, MULTIKUEUE_CLUSTERS, JOBS)
+                            if name == "manager"
+                            else (WORKLOADS, JOBS)
+                        )
+                        view = ClusterView(name, api, watched, self._observed)
+                        self.views[name] = view
+                        await inner.start(view.run)
+                    task_status.started()
+
+        await group.start(mirrors)
+
+    async def disconnect(self) -> None:
+        """Stop the mirrors and close the clients."""
+        if self._scope is not None:
+            self._scope.cancel()
+            self._scope = None
+        for api in self.apis.values():
+            with anyio.CancelScope(shield=True):
+                await api.close()
+        self.apis.clear()
+        self.views.clear()
+
+    def _observed(self, cluster: str, key: str, obj: Obj) -> None:
+        if obj and key == "workloads":
+            name = obj["metadata"]["name"]
+            history = self.history.setdefault(name, History())
+            if cluster == "manager":
+                nominated = nominated_of(obj)
+                if not history.nominations or history.nominations[-1] != nominated:
+                    history.nominations.append(nominated)
+                rv = str(obj["metadata"].get("resourceVersion", ""))
+                if not history.revisions or history.revisions[-1] != rv:
+                    history.revisions.append(rv)
+            elif (obj["metadata"].get("labels") or {}).get(ORIGIN_LABEL):
+                history.copies_on.add(cluster)
+        changed, self._changed = self._changed, anyio.Event()
+        changed.set()
+
+    # --- observing ----------------------------------------------------------------------------
+
+    def _manager_workloads(self) -> dict[str, Obj]:
+        return self.views["manager"].objects["workloads"]
+
+    def workload(self, job: str) -> Obj | None:
+        for obj in self._manager_workloads().values():
+            if owner_job(obj) == job:
+                return copy.deepcopy(obj)
+        return None
+
+    def _workload_name(self, job: str) -> str | None:
+        found = self.workload(job)
+        return str(found["metadata"]["name"]) if found else None
+
+    def copies(self, job: str) -> dict[str, Obj]:
+        name = self._workload_name(job)
+        out: dict[str, Obj] = {}
+        for worker in WORKERS:
+            obj = self.views[worker].objects["workloads"].get(name or "")
+            if obj is not None and (obj["metadata"].get("labels") or {}).get(ORIGIN_LABEL):
+                out[worker] = copy.deepcopy(obj)
+        return out
+
+    def copies_ever(self, job: str) -> set[str]:
+        name = self._workload_name(job)
+        return set(self.history[name].copies_on) if name in self.history else set()
+
+    def nominations(self, job: str) -> list[tuple[str, ...]]:
+        name = self._workload_name(job)
+        return list(self.history[name].nominations) if name in self.history else []
+
+    def revisions(self, job: str) -> list[str]:
+        name = self._workload_name(job)
+        return list(self.history[name].revisions) if name in self.history else []
+
+    def worker_jobs(self, worker: str) -> set[str]:
+        return set(self.views[worker].objects["jobs"])
+
+    def cluster_active(self, worker: str) -> bool | None:
+        mkc = self.views["manager"].objects["multikueueclusters"].get(worker)
+        found = condition(mkc, "Active")
+        return None if found is None else found.get("status") == "True"
+
+    async def wait_for(self, predicate: Callable[[], T | None], what: str, within: float) -> T:
+        """Re-evaluate ``predicate`` on every observed change until it returns a value."""
+        try:
+            with anyio.fail_after(within):
+                while True:
+                    changed = self._changed
+                    value = predicate()
+                    if value is not None and value is not False:
+                        return value
+                    await changed.wait()
+        except TimeoutError:
+            raise AssertionError(f"[{self.name}] not within {within:g} s: {what}") from None
+
+    async def stays(self, predicate: Callable[[], bool], what: str, window: float) -> None:
+        """Watch every observed change for ``window`` seconds; fail as soon as ``predicate()``
+        turns false (for things that must not happen: a copy, a nomination, a write)."""
+        with anyio.move_on_after(window):
+            while True:
+                changed = self._changed
+                assert predicate(), f"[{self.name}] {what}"
+                await changed.wait()
+        assert predicate(), f"[{self.name}] {what}"
+
+    async def wait_workload(
+        self, job: str, predicate: Callable[[Obj], bool], what: str, within: float | None = None
+    ) -> Obj:
+        def check() -> Obj | None:
+            found = self.workload(job)
+            return found if found is not None and predicate(found) else None
+
+        return await self.wait_for(check, f"{job}: {what}", within or self.timeouts.short)
+
+    # --- acting ---------------------------------------------------------------------------------
+
+    def job_body(self, job: WorkloadLine) -> Obj:
+        """The manager Job for a workload line (backends adapt the pod template)."""
+        return workload_object(job)
+
+    async def submit(self, job: WorkloadLine) -> None:
+        await client.BatchV1Api(self.apis["manager"]).create_namespaced_job(
+            NAMESPACE, self.job_body(job)
+        )
+
+    async def submit_to_worker(self, worker: str, job: WorkloadLine) -> None:
+        body = self.job_body(job)
+        del body["spec"]["managedBy"]  # a local Job of the worker's own Kueue
+        await client.BatchV1Api(self.apis[worker]).create_namespaced_job(NAMESPACE, body)
+
+    async def delete_job(self, name: str, worker: str | None = None) -> None:
+        api = client.BatchV1Api(self.apis[worker or "manager"])
+        with contextlib.suppress(ApiException):
+            await api.delete_namespaced_job(name, NAMESPACE, propagation_policy="Background")
+
+    async def reset(self) -> None:
+        for cluster in ("manager", *WORKERS):
+            for name in list(self.views[cluster].objects.get("jobs", {})):
+                await self.delete_job(name, None if cluster == "manager" else cluster)
+
+        def clean() -> bool:
+            return all(
+                not self.views[c].objects["workloads"] and not self.views[c].objects.get("jobs")
+                for c in ("manager", *WORKERS)
+            )
+
+        await self.wait_for(clean, "every Job and Workload deleted", self.timeouts.long)

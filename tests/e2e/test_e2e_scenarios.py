@@ -1,0 +1,351 @@
+"""The e2e scenarios S1-S12 (contract section 12.1), written once against :class:`Backend`.
+
+The topology (``topology.yaml``, ``manifests/samples``): ``worker1`` with 2 A100 GPUs and 8Gi
+of memory, ``worker2`` with 4 H100 GPUs and 32Gi; asymmetric quotas force a job onto one worker
+(as Kueue's own e2e does, C78). The dispatcher runs with ``manifests/overlays/kind/config.yaml``
+(gpu-type-affinity + capacity-first, most-free, patience 6 s then move).
+
+Every scenario starts from empty clusters (``backend.reset()``) and checks what it can see
+through the API only: manager Workloads, their nomination history, the remote copies that ever
+appeared on each worker, Jobs on the workers and MultiKueueCluster conditions.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from e2e_backend import (
+    A100,
+    GPU_OF,
+    H100,
+    NAMESPACE,
+    WORKERS,
+    Backend,
+    admitted_on,
+    cluster_of,
+    condition,
+    is_true,
+)
+
+from dispatcher.sandbox.topology import WorkloadLine
+
+pytestmark = [pytest.mark.slow, pytest.mark.crds]
+
+
+def job(
+    name: str,
+    *,
+    cpu: str = "1",
+    memory: str = "1Gi",
+    gpus: int = 0,
+    gpu_type: str | None = None,
+    priority: str | None = None,
+    run_seconds: float | None = None,
+) -> WorkloadLine:
+    """A one-pod Job for the manager's LocalQueue ``team-a/user-queue``."""
+    requests: dict[str, Any] = {"cpu": cpu, "memory": memory}
+    if gpus:
+        requests["nvidia.com/gpu"] = gpus
+    data: dict[str, Any] = {"name": name, "namespace": NAMESPACE, "count": 1, "requests": requests}
+    if gpu_type:
+        data["gpuType"] = gpu_type
+    if priority:
+        data["priorityClass"] = priority
+    if run_seconds is not None:
+        data["runSeconds"] = run_seconds
+    return WorkloadLine.model_validate(data)
+
+
+def other(worker: str) -> str:
+    """The other worker."""
+    return next(w for w in WORKERS if w != worker)
+
+
+def placed(backend: Backend, name: str) -> str:
+    """Where a Job's Workload was admitted (asserts it was)."""
+    found = cluster_of(backend.workload(name))
+    assert found is not None, f"{name} has no clusterName"
+    return found
+
+
+@pytest.fixture(autouse=True)
+async def clean(backend: Backend) -> AsyncIterator[None]:
+    """Every scenario starts with no Jobs and no Workloads on any cluster."""
+    await backend.reset()
+    return
+
+
+async def admit(backend: Backend, line: WorkloadLine, worker: str | None = None) -> str:
+    """Submit a Job and wait until it is admitted (on ``worker`` if given); returns where."""
+    await backend.submit(line)
+    if worker is not None:
+        await backend.wait_workload(line.name, admitted_on(worker), f"admitted on {worker}")
+        return worker
+    await backend.wait_workload(
+        line.name, lambda w: cluster_of(w) is not None and is_true(w, "Admitted"), "admitted"
+    )
+    return placed(backend, line.name)
+
+
+async def test_s1_nothing_is_dispatched_until_the_dispatcher_nominates(backend: Backend) -> None:
+    await backend.stop_dispatcher()
+    try:
+        await backend.submit(job("s1-job"))
+        await backend.wait_workload(
+            "s1-job", lambda w: is_true(w, "QuotaReserved"), "quota reserved on the manager"
+        )
+        await backend.stays(
+            lambda: not backend.copies_ever("s1-job") and not any(backend.nominations("s1-job")),
+            "external mode: no remote copy and no nomination without the dispatcher",
+            backend.timeouts.quiet,
+        )
+    finally:
+        await backend.start_dispatcher()
+    where = await backend.wait_workload(
+        "s1-job", lambda w: cluster_of(w) is not None, "admitted once the dispatcher runs"
+    )
+    nominated = [n for n in backend.nominations("s1-job") if n]
+    assert nominated, "the dispatcher nominated before Kueue admitted"
+    assert backend.copies_ever("s1-job") <= set(nominated[0]) | {cluster_of(where)}
+
+
+async def test_s2_capacity_first_places_a_job_on_the_only_worker_it_fits(
+    backend: Backend,
+) -> None:
+    # 16Gi of memory fits worker2 (32Gi) only, not worker1 (8Gi).
+    await admit(backend, job("s2-big-memory", memory="16Gi"), "worker2")
+    assert {n for n in backend.nominations("s2-big-memory") if n} == {("worker2",)}
+    assert backend.copies_ever("s2-big-memory") == {"worker2"}, "no copy ever on worker1"
+
+
+async def test_s3_gpu_type_affinity(backend: Backend) -> None:
+    await backend.submit(job("s3-a100", gpus=1, gpu_type=A100))
+    await backend.submit(job("s3-h100", gpus=1, gpu_type=H100))
+    for name, worker in (("s3-a100", "worker1"), ("s3-h100", "worker2")):
+        await backend.wait_workload(name, admitted_on(worker), f"admitted on {worker}")
+        assert {n for n in backend.nominations(name) if n} == {(worker,)}
+        assert backend.copies_ever(name) == {worker}
+
+
+async def test_s4_renomination_while_pending_moves_the_copy(backend: Backend) -> None:
+    # Both workers full; the job fits either later. Nominated to one, it waits there for the
+    # patience (6 s) and is then moved: the copy on the first worker is deleted.
+    for worker in WORKERS:
+        gpus = 2 if worker == "worker1" else 4
+        await admit(
+            backend, job(f"s4-blocker-{worker}", gpus=gpus, gpu_type=GPU_OF[worker]), worker
+        )
+    await backend.submit(job("s4-mover", gpus=1))
+
+    def first() -> tuple[str, ...] | None:
+        return next((n for n in backend.nominations("s4-mover") if n), None)
+
+    initial = await backend.wait_for(first, "s4-mover nominated", backend.timeouts.short)
+    assert len(initial) == 1
+    await backend.wait_for(
+        lambda: set(backend.copies("s4-mover")) == set(initial) or None,
+        "copy on the first nominated worker",
+        backend.timeouts.short,
+    )
+
+    def moved() -> tuple[str, ...] | None:
+        later = [n for n in backend.nominations("s4-mover") if n and n != initial]
+        return later[0] if later else None
+
+    second = await backend.wait_for(moved, "nomination moved", backend.timeouts.long)
+    assert second == (other(initial[0]),), second
+    await backend.wait_for(
+        lambda: set(backend.copies("s4-mover")) == set(second) or None,
+        f"copy moved from {initial[0]} to {second[0]}",
+        backend.timeouts.short,
+    )
+    assert backend.copies_ever("s4-mover") == set(WORKERS)
+    for worker in WORKERS:
+        await backend.delete_job(f"s4-blocker-{worker}")
+    admitted = await backend.wait_workload(
+        "s4-mover", lambda w: is_true(w, "Admitted"), "admitted once capacity is free"
+    )
+    await backend.wait_for(
+        lambda: set(backend.copies("s4-mover")) == {cluster_of(admitted)} or None,
+        "only the admitted copy remains",
+        backend.timeouts.short,
+    )
+
+
+async def test_s5_admission_sets_cluster_name_and_clears_the_nomination(backend: Backend) -> None:
+    await backend.submit(job("s5-job"))
+    admitted = await backend.wait_workload(
+        "s5-job",
+        lambda w: (
+            cluster_of(w) is not None
+            and not w["status"].get("nominatedClusterNames")
+            and is_true(w, "Admitted")
+        ),
+        "Admitted, clusterName set and nominatedClusterNames empty",
+    )
+    check = next(c for c in admitted["status"]["admissionChecks"] if c["name"] == "multikueue")
+    assert check["state"] == "Ready"
+    nominated = [n for n in backend.nominations("s5-job") if n]
+    assert nominated
+    assert nominated[-1] == (cluster_of(admitted),)
+    assert backend.nominations("s5-job")[-1] == (), "the nomination was cleared"
+
+
+async def test_s6_eviction_on_a_worker_redispatches_to_the_other(backend: Backend) -> None:
+    first = await admit(backend, job("s6-victim", gpus=2, priority="low"))
+    # A high-priority local job takes the whole worker: Kueue there preempts the copy (C26),
+    # MultiKueue sets Retry, the manager evicts and requeues (C37, C38), and the dispatcher
+    # sends the workload to the other worker.
+    gpus = 2 if first == "worker1" else 4
+    await backend.submit_to_worker(
+        first, job("s6-preemptor", gpus=gpus, gpu_type=GPU_OF[first], priority="high")
+    )
+    await backend.wait_workload(
+        "s6-victim", admitted_on(other(first)), f"re-dispatched to {other(first)}"
+    )
+    assert backend.copies_ever("s6-victim") == set(WORKERS)
+    nominated = [n for n in backend.nominations("s6-victim") if n]
+    assert nominated[0] == (first,)
+    assert nominated[-1] == (other(first),)
+
+
+async def test_s7_preemption_happens_on_the_nominated_worker_only(backend: Backend) -> None:
+    await admit(backend, job("s7-low-a100", gpus=2, gpu_type=A100, priority="low"), "worker1")
+    await admit(backend, job("s7-low-h100", gpus=4, gpu_type=H100, priority="low"), "worker2")
+    await admit(backend, job("s7-high-a100", gpus=2, gpu_type=A100, priority="high"), "worker1")
+    assert {n for n in backend.nominations("s7-high-a100") if n} == {("worker1",)}
+    assert backend.copies_ever("s7-high-a100") == {"worker1"}
+    await backend.wait_workload(
+        "s7-low-a100", lambda w: cluster_of(w) is None, "preempted on worker1 and requeued"
+    )
+    untouched = backend.workload("s7-low-h100")
+    assert cluster_of(untouched) == "worker2"
+    assert is_true(untouched, "Admitted")
+    assert not is_true(untouched, "Evicted")
+    assert backend.copies_ever("s7-low-h100") == {"worker2"}
+
+
+async def test_s8_disconnected_worker_is_left_out_and_used_again(backend: Backend) -> None:
+    await backend.disconnect_worker("worker2")
+    try:
+        await backend.wait_for(
+            lambda: backend.cluster_active("worker2") is False,
+            "Kueue reports worker2 Active=False",
+            backend.timeouts.long,
+        )
+        # It would prefer the bigger worker2 (most free), but worker2 is gone.
+        await admit(backend, job("s8-during", cpu="2"), "worker1")
+        assert all("worker2" not in n for n in backend.nominations("s8-during"))
+        assert backend.copies_ever("s8-during") == {"worker1"}
+    finally:
+        await backend.reconnect_worker("worker2")
+    await backend.wait_for(
+        lambda: backend.cluster_active("worker2") is True,
+        "Kueue reports worker2 Active=True again",
+        backend.timeouts.long,
+    )
+    await admit(backend, job("s8-after", gpus=1, gpu_type=H100), "worker2")
+
+
+async def test_s9_unschedulable_everywhere_stays_pending_without_churn(backend: Backend) -> None:
+    # 5 GPUs: the manager's quota has them, no worker ever will (2 and 4).
+    await backend.submit(job("s9-too-big", gpus=5))
+    reserved = await backend.wait_workload(
+        "s9-too-big", lambda w: is_true(w, "QuotaReserved"), "quota reserved on the manager"
+    )
+    version = reserved["metadata"]["resourceVersion"]
+    await backend.stays(
+        lambda: (
+            not any(backend.nominations("s9-too-big"))
+            and not backend.copies_ever("s9-too-big")
+            and (backend.workload("s9-too-big") or {})["metadata"]["resourceVersion"] == version
+        ),
+        "no nomination, no copy, no write to the Workload",
+        backend.timeouts.quiet,
+    )
+    assert cluster_of(backend.workload("s9-too-big")) is None
+
+
+async def test_s11_finished_and_deleted_jobs_are_cleaned_up(backend: Backend) -> None:
+    where = await admit(backend, job("s11-finisher", run_seconds=1))
+    finished = await backend.wait_workload(
+        "s11-finisher", lambda w: is_true(w, "Finished"), "Finished on the manager"
+    )
+    assert (condition(finished, "Finished") or {}).get("reason") == "Succeeded"
+    assert cluster_of(finished) == where  # C40: clusterName stays
+    await backend.wait_for(
+        lambda: (
+            not backend.copies("s11-finisher")
+            and all("s11-finisher" not in backend.worker_jobs(w) for w in WORKERS)
+        ),
+        "remote copy and remote Job of the finished job removed",
+        backend.timeouts.long,
+    )
+
+    where = await admit(backend, job("s11-deleted"))
+    await backend.wait_for(
+        lambda: "s11-deleted" in backend.worker_jobs(where),
+        f"the Job runs on {where}",
+        backend.timeouts.short,
+    )
+    await backend.delete_job("s11-deleted")
+    await backend.wait_for(
+        lambda: (
+            backend.workload("s11-deleted") is None
+            and all("s11-deleted" not in backend.worker_jobs(w) for w in WORKERS)
+            and not backend.copies_ever("s11-deleted") - {where}
+        ),
+        "manager Workload, remote copy and remote Job deleted",
+        backend.timeouts.long,
+    )
+
+
+async def test_s12_dispatcher_restart_in_the_middle_of_a_dispatch_is_idempotent(
+    backend: Backend,
+) -> None:
+    names = [f"s12-job-{i}" for i in range(4)]
+    for name in names:
+        await backend.submit(job(name, cpu="2"))
+    await backend.restart_dispatcher()
+    for name in names:
+        await backend.wait_workload(name, lambda w: is_true(w, "Admitted"), "admitted")
+    for name in names:
+        where = placed(backend, name)
+        assert backend.copies_ever(name) == {where}, (name, backend.copies_ever(name))
+        assert {n for n in backend.nominations(name) if n} == {(where,)}, name
+
+
+MIX = [job(f"s10-job-{i}", cpu="2") for i in range(3)]
+
+
+async def test_s10_baseline_all_at_once_and_incremental_against_the_dispatcher(
+    backend: Backend, record_property: Any
+) -> None:
+    results: dict[str, tuple[float, float]] = {}
+    try:
+        for mode in ("all-at-once", "incremental", "external"):
+            await backend.use_kueue_dispatcher(mode)
+            await backend.reset()
+            started = time.monotonic()
+            for line in MIX:
+                await backend.submit(line)
+            for line in MIX:
+                await backend.wait_workload(
+                    line.name, lambda w: is_true(w, "Admitted"), f"admitted with {mode}"
+                )
+            took = time.monotonic() - started
+            copies = sum(len(backend.copies_ever(line.name)) for line in MIX)
+            results[mode] = (copies / len(MIX), took)
+    finally:
+        await backend.use_kueue_dispatcher("external")
+    report = ", ".join(
+        f"{m}: {c:.2f} copies/admitted in {t:.1f} s" for m, (c, t) in results.items()
+    )
+    record_property("s10_baseline", report)
+    print(f"S10 [{backend.name}] {report}")
+    assert results["external"][0] == 1.0
+    assert results["incremental"][0] == 1.0  # stepSize 1, and the mix fits worker1
+    assert results["all-at-once"][0] == len(WORKERS)  # a copy on every worker (C56)
