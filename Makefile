@@ -14,7 +14,7 @@ export KUEUE_CRDS_DIR
 $(STAMP): pyproject.toml $(PLUGIN_DIRS)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[sandbox,test]' $(foreach p,$(PLUGIN_DIRS),-e $(dir $(p)))
+	$(BIN)/python -m pip install --quiet -e '.[sandbox,sim,test]' $(foreach p,$(PLUGIN_DIRS),-e $(dir $(p)))
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -151,6 +151,18 @@ def build_parser() -> argparse.ArgumentParser:
         "DISPATCHER_DISABLE_PLUGIN_AUTOLOAD switches apply.",
     )
     plugins.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    from dispatcher.sim.command import add_arguments as add_simulate_arguments
+
+    add_simulate_arguments(
+        sub.add_parser(
+            "simulate",
+            help="compare dispatch algorithms on a workload trace in virtual time",
+            description="Replay (--trace) or generate (--generate, --seed) a workload trace and "
+            "simulate Kueue MultiKueue with each algorithm; prints a table, --json and --plot "
+            "write the results (docs/simulator.md).",
+        )
+    )
     return parser
 
 
@@ -279,6 +291,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from dispatcher.app.checks import explain_command
 
         return explain_command(args, _load_settings)
+    if args.command == "simulate":
+        from dispatcher.sim.command import main as simulate_main
+
+        return simulate_main(args)
     return 2  # pragma: no cover - argparse rejects unknown commands first
 
 
