@@ -53,7 +53,7 @@ while [[ $# -gt 0 ]]; do
     shift
 done
 
-WORKDIR="${E2E_KIND_WORKDIR:-${ROOT}/.kind-e2e/${PREFIX}}"
+WORKDIR="${E2E_KIND_WORKDIR:-${TMPDIR:-/tmp}/mkd-kind-e2e/${PREFIX}}"
 MANAGER="${PREFIX}-manager"
 
 # run CMD...: print the command; run it unless --dry-run.
