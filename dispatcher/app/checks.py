@@ -149,8 +149,10 @@ async def _explain(args: argparse.Namespace, settings: Settings) -> int:
 
         def settled() -> bool:
             workers = registry.workers.values()
-            return bool(workers) and all(
-                w.connected or w.state.phase == "Unusable" for w in workers
+            return (
+                registry.synced
+                and bool(workers)
+                and all(w.connected or w.state.phase == "Unusable" for w in workers)
             )
 
         async with anyio.create_task_group() as group:

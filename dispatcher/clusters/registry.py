@@ -234,6 +234,11 @@ class ClusterRegistry:
         """Start, replace or stop worker supervisors to match MultiKueueClusters and Secrets."""
         if self._group is None:
             return
+        if not (
+            self.manager.cache("multikueueclusters").synced and self.manager.cache("secrets").synced
+        ):
+            # Not listed yet: a Secret missing from a half-filled cache is not a bad Secret.
+            return
         wanted: dict[str, tuple[str, ValidKubeconfig | KubeconfigError]] = {}
         for mkc in self.manager.cache("multikueueclusters").items():
             name = mkc["metadata"]["name"]

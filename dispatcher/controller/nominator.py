@@ -330,9 +330,15 @@ class Nominator:
         left = self._started + self.config.sync_grace_seconds - now
         if left <= 0:
             return None
-        candidates, _ = self.registry.candidates(check)
-        if any(c.worker is not None and not c.worker.settled for c in candidates):
+        if not self.registry.synced:
             return left
+        clusters = self.registry.manager.cache("multikueueclusters")
+        for candidate in self.registry.candidates(check)[0]:
+            if clusters.get(candidate.name) is None:
+                continue  # no MultiKueueCluster: nothing will connect
+            worker = self.registry.workers.get(candidate.name)
+            if worker is None or not worker.settled:
+                return left
         return None
 
     def _inputs(
