@@ -31,42 +31,61 @@ class InFlight:
     def __init__(self, expiry_seconds: float = 600.0) -> None:
         self._entries: dict[str, dict[str, InFlightEntry]] = {}
         self.expiry_seconds = expiry_seconds
+        # Per cluster, the ordered workloads and the oldest ``since`` of its current entries:
+        # decisions read every candidate cluster, but a nomination changes only one or a few,
+        # so the others are not re-sorted (a burst would otherwise be quadratic).
+        self._ordered: dict[str, tuple[tuple[QueuedWorkload, ...], float]] = {}
 
     def record(self, clusters: tuple[str, ...], workload: QueuedWorkload, now: float) -> None:
         """The workload is now nominated to exactly ``clusters``."""
         for cluster, entries in self._entries.items():
-            if cluster not in clusters:
-                entries.pop(workload.key, None)
+            if cluster not in clusters and entries.pop(workload.key, None) is not None:
+                self._ordered.pop(cluster, None)
         for cluster in clusters:
             entries = self._entries.setdefault(cluster, {})
             previous = entries.get(workload.key)
             since = previous.since if previous is not None else now
-            entries[workload.key] = InFlightEntry(cluster, workload, since)
+            entry = InFlightEntry(cluster, workload, since)
+            if previous != entry:
+                entries[workload.key] = entry
+                self._ordered.pop(cluster, None)
 
     def settle(self, cluster: str, key: str) -> bool:
         """The worker reserved quota for ``key`` (or the copy is gone): drop that entry."""
-        return self._entries.get(cluster, {}).pop(key, None) is not None
+        if self._entries.get(cluster, {}).pop(key, None) is None:
+            return False
+        self._ordered.pop(cluster, None)
+        return True
 
     def forget(self, key: str) -> None:
         """Drop ``key`` everywhere (admitted, evicted, deleted, no longer eligible)."""
-        for entries in self._entries.values():
-            entries.pop(key, None)
+        for cluster, entries in self._entries.items():
+            if entries.pop(key, None) is not None:
+                self._ordered.pop(cluster, None)
 
     def on(self, cluster: str, now: float) -> tuple[QueuedWorkload, ...]:
         """Unexpired in-flight workloads on ``cluster``, oldest first."""
+        cached = self._ordered.get(cluster)
+        if cached is not None and now - cached[1] <= self.expiry_seconds:
+            return cached[0]
         entries = self._entries.get(cluster, {})
         for key, entry in list(entries.items()):
             if now - entry.since > self.expiry_seconds:
                 del entries[key]
         ordered = sorted(entries.values(), key=lambda e: (e.since, e.workload.key))
-        return tuple(e.workload for e in ordered)
+        oldest = ordered[0].since if ordered else now
+        workloads = tuple(e.workload for e in ordered)
+        self._ordered[cluster] = (workloads, oldest)
+        return workloads
 
     def clusters_of(self, key: str) -> tuple[str, ...]:
         """Clusters where ``key`` is in flight."""
         return tuple(sorted(c for c, entries in self._entries.items() if key in entries))
 
-    def count(self, cluster: str) -> int:
-        """How many workloads are in flight on ``cluster``."""
+    def count(self, cluster: str, now: float | None = None) -> int:
+        """How many workloads are in flight on ``cluster`` (unexpired at ``now`` when given)."""
+        if now is not None:
+            return len(self.on(cluster, now))
         return len(self._entries.get(cluster, {}))
 
     def clusters(self) -> tuple[str, ...]:

@@ -17,8 +17,9 @@ while the manager Workload never gets ``clusterName``.
 from __future__ import annotations
 
 import datetime
+import itertools
 import logging
-import uuid
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +32,7 @@ from dispatcher.algorithms.building import queued_workload, request_from_workloa
 from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest
 from dispatcher.clusters.registry import MANAGER, ClusterRegistry
 from dispatcher.controller.inflight import InFlight
-from dispatcher.controller.snapshots import WorkerIndex, build_snapshot, condition_status
+from dispatcher.controller.snapshots import SnapshotCache, WorkerIndex, condition_status
 from dispatcher.controller.workqueue import WorkQueue
 from dispatcher.k8s.client import KubeApi
 from dispatcher.k8s.errors import ApiError
@@ -111,6 +112,16 @@ def _key_of(obj: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
+_EVENT_SEQUENCE = itertools.count()
+
+
+def _event_suffix() -> str:
+    """A unique Event name suffix, as client-go's recorder makes it (the time in nanoseconds, in
+    hex), plus a process-wide sequence number: no system entropy per Event (``uuid4`` reads
+    ``os.urandom``, which is slow on some sandboxed kernels)."""
+    return f"{time.time_ns():x}{next(_EVENT_SEQUENCE) % 4096:03x}"
+
+
 def summarize(decision: Decision, limit: int = 6) -> str:
     """One line for an Event: what was chosen and a short verdict per cluster."""
     chosen = ", ".join(decision.nominate) or "none"
@@ -148,6 +159,7 @@ class Nominator:
         self.in_flight = InFlight()
         self.records: dict[str, Record] = {}
         self.indexes: dict[str, WorkerIndex] = {}
+        self._snapshots = SnapshotCache()
         self.versions: dict[str, int] = {}
         self.writes = 0
         self.races = 0
@@ -309,7 +321,10 @@ class Nominator:
                 self.metrics.nominated(target, cluster_queue=cq, algorithm=decision.algorithm)
             self._publish_in_flight()
         message = summarize(decision)
-        if message != record.event_message:
+        # One Event per nomination written, and one per change of the reason nothing is
+        # nominated; a decision that keeps the current nomination (its message counts the
+        # patience down) records none, so a waiting workload does not accumulate Events.
+        if (target != current or not target) and message != record.event_message:
             record.event_message = message
             await self._event(
                 workload,
@@ -363,7 +378,7 @@ class Nominator:
             # After a restart the ledger is empty: re-seed it from the nomination in the API.
             self.in_flight.record(current, queued_workload(request), record.nominated_at or now)
         snapshots = [
-            build_snapshot(
+            self._snapshots.get(
                 candidate,
                 self._index(candidate.name) if candidate.active else None,
                 request,
@@ -573,7 +588,7 @@ class Nominator:
             return
         now = self._now()
         for cluster in set(self.registry.workers) | set(self.in_flight.clusters()):
-            self.metrics.set_in_flight(cluster, len(self.in_flight.on(cluster, now)))
+            self.metrics.set_in_flight(cluster, self.in_flight.count(cluster, now))
 
     def publish_connection_states(self) -> None:
         """Export every worker's connection state as a metric."""
@@ -600,7 +615,7 @@ class Nominator:
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {
-                "name": f"{meta['name']}.{uuid.uuid4().hex[:16]}",
+                "name": f"{meta['name']}.{_event_suffix()}",
                 "namespace": meta["namespace"],
             },
             "involvedObject": {

@@ -31,7 +31,7 @@ from dispatcher.kueue.objects import (
     parse_resource_flavor,
 )
 
-__all__ = ["WorkerIndex", "build_snapshot", "condition_status"]
+__all__ = ["SnapshotCache", "WorkerIndex", "build_snapshot", "condition_status"]
 
 
 def condition_status(obj: Mapping[str, Any], kind: str) -> str | None:
@@ -193,3 +193,66 @@ def build_snapshot(
         label_key=label_key,
         resource_pattern=resource_pattern,
     )
+
+
+_CachedSnapshot = tuple[tuple[Any, ...], tuple[QueuedWorkload, ...], ClusterSnapshot]
+"""(state it was built in, the in-flight tuple it saw, the snapshot)."""
+
+
+class SnapshotCache:
+    """Snapshots reused across decisions while nothing they are built from changed.
+
+    A snapshot depends on the candidate's state, the worker's index version, the workload's
+    namespace and LocalQueue, and the in-flight ledger of that cluster; it also leaves the
+    deciding workload itself out of the pending and in-flight lists. Reusing the same
+    :class:`ClusterSnapshot` object keeps its ``derived`` cache (the quota left after replaying
+    the in-flight workloads, which costs one flavor assignment per in-flight workload): in a
+    burst, a nomination changes the ledger of the nominated clusters only, so the other
+    candidates' replays are not recomputed for every decision. Snapshots of a cluster where the
+    workload has a copy or is in flight are built afresh.
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[str, str, str], _CachedSnapshot] = {}
+
+    def get(
+        self,
+        candidate: Candidate,
+        index: WorkerIndex | None,
+        request: DispatchRequest,
+        in_flight: InFlight,
+        *,
+        label_key: str,
+        resource_pattern: str,
+    ) -> ClusterSnapshot:
+        """The snapshot of ``candidate`` for ``request`` (see :func:`build_snapshot`)."""
+
+        def build() -> ClusterSnapshot:
+            return build_snapshot(
+                candidate,
+                index,
+                request,
+                in_flight,
+                label_key=label_key,
+                resource_pattern=resource_pattern,
+            )
+
+        if not candidate.active or index is None:
+            return build()
+        flying = in_flight.on(candidate.name, request.now)
+        if request.key in index.copies or any(w.key == request.key for w in flying):
+            return build()
+        key = (candidate.name, request.namespace, request.queue_name)
+        state = (
+            index.version,
+            candidate.order,
+            tuple(sorted(candidate.labels.items())),
+            label_key,
+            resource_pattern,
+        )
+        cached = self._entries.get(key)
+        if cached is not None and cached[0] == state and cached[1] is flying:
+            return cached[2]
+        snapshot = build()
+        self._entries[key] = (state, flying, snapshot)
+        return snapshot

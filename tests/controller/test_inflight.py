@@ -41,3 +41,22 @@ def test_entries_expire() -> None:
     ledger.record(("a",), wl("ns/old"), now=0)
     ledger.record(("a",), wl("ns/new"), now=50)
     assert [w.key for w in ledger.on("a", now=70)] == ["ns/new"]
+
+
+def test_ordered_view_is_reused_until_the_cluster_changes() -> None:
+    """Decisions read every candidate's ledger; only a change on that cluster re-sorts it (the
+    controller's snapshot cache relies on the tuple's identity)."""
+    ledger = InFlight(expiry_seconds=60)
+    ledger.record(("a",), wl("ns/1"), now=0)
+    ledger.record(("b",), wl("ns/2"), now=0)
+    first = ledger.on("a", now=1)
+    ledger.record(("b",), wl("ns/3"), now=2)
+    assert ledger.on("a", now=2) is first
+    ledger.record(("a",), wl("ns/1"), now=3)  # the same nomination again: no change
+    assert ledger.on("a", now=3) is first
+    ledger.record(("a",), wl("ns/4"), now=4)
+    assert [w.key for w in ledger.on("a", now=4)] == ["ns/1", "ns/4"]
+    ledger.settle("a", "ns/4")
+    assert [w.key for w in ledger.on("a", now=5)] == ["ns/1"]
+    assert ledger.on("a", now=61) == ()  # expiry still applies to a cached view
+    assert ledger.count("b", now=61) == 1
