@@ -244,3 +244,18 @@ def test_script_names_no_package_registry_host() -> None:
     text = SCRIPT.read_text().lower()
     for host in ("pypi", "files.pythonhosted", "npmjs", "deb.debian", "proxy.golang"):
         assert host not in text
+
+
+def test_the_kind_path_is_documented_step_by_step() -> None:
+    guide = (ROOT / "docs" / "kind-e2e.md").read_text()
+    prerequisites = guide.split("## Prerequisites", 1)[1].split("\n## ", 1)[0]
+    for tool in ("**docker**", "**kind**", "**kubectl**"):
+        assert tool in prerequisites
+    assert "hack/kind-e2e.sh\n" in guide
+    assert "hack/kind-e2e.sh --dry-run" in guide
+    assert "--keep" in guide
+    readme = (ROOT / "README.md").read_text()
+    deployment = readme.split("\n## Deployment\n", 1)[1].split("\n## ", 1)[0]
+    assert "docs/deployment.md" in deployment
+    assert "docs/kind-e2e.md" in deployment
+    assert "hack/kind-e2e.sh --dry-run" in deployment
