@@ -870,6 +870,7 @@ class Simulation:
         wl.winner = winner
         wl.state = "running"
         self.result.admissions += 1
+        self.result.wasted_reservations += len(admitted) - 1
         wl.run_start = reserved_at
         wl.nominated, wl.visible = (), ()
         self.in_flight.forget(wl.key)

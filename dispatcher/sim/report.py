@@ -29,8 +29,10 @@ __all__ = [
     "SCHEMA_VERSION",
     "algorithm_metrics",
     "percentile",
+    "plot_figure",
     "render_table",
     "report_document",
+    "rich_table",
     "utilization_series",
     "write_json",
     "write_plot",
@@ -285,8 +287,11 @@ def utilization_series(
     return centres, [b / (total * width) for b in busy]
 
 
-def write_plot(results: Sequence[SimResult], topology: SimTopology, path: str | Path) -> None:
-    """PNG: time-to-admission CDF per algorithm, and GPU utilization over time (matplotlib)."""
+def plot_figure(results: Sequence[SimResult], topology: SimTopology) -> Any:
+    """A matplotlib ``Figure``: TTA CDF per algorithm, and GPU utilization over time.
+
+    Built without pyplot on the Agg backend (no display needed, no global state).
+    """
     import matplotlib
 
     matplotlib.use("Agg", force=True)
@@ -313,6 +318,11 @@ def write_plot(results: Sequence[SimResult], topology: SimTopology, path: str | 
     util.set_title("GPU utilization over time")
     util.set_ylim(0, 105)
     util.grid(True, alpha=0.3)
-    util.legend(loc="lower right")
+    util.legend(loc="lower center")
     figure.tight_layout()
-    figure.savefig(str(path), format="png")
+    return figure
+
+
+def write_plot(results: Sequence[SimResult], topology: SimTopology, path: str | Path) -> None:
+    """Write :func:`plot_figure` as a PNG file (1200 × 500 pixels)."""
+    plot_figure(results, topology).savefig(str(path), format="png")

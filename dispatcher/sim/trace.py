@@ -97,7 +97,7 @@ class TraceParams:
 
     workloads: int = DEFAULT_WORKLOADS
     seed: int = DEFAULT_SEED
-    mean_interarrival_s: float = 90.0
+    mean_interarrival_s: float = 120.0
     """Mean gap between arrivals of the Poisson process (bursts come on top)."""
     burst_probability: float = 0.02
     """Probability that an arrival starts a burst."""
