@@ -224,6 +224,8 @@ class SimResult:
     wasted_reservations: int = 0
     """Copies admitted on a worker that were not the winner (deleted afterwards)."""
     end_time: float = 0.0
+    events: int = 0
+    """Events processed (a measure of the simulation's work)."""
     wall_s: float = 0.0
     decision_errors: list[str] = field(default_factory=list)
 
@@ -585,6 +587,7 @@ class Simulation:
             elif self._work == 0 and when > self._last_progress + self.lat.idle_horizon_s:
                 break
             self.now = when
+            self.result.events += 1
             handlers[kind](*args)
         self.result.end_time = self.now
         self.result.preemptions_by_losers = sum(

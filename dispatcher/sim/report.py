@@ -123,6 +123,7 @@ def algorithm_metrics(result: SimResult, topology: SimTopology) -> dict[str, Any
         "gpu_type_mismatches": sum(1 for o in outcomes if o.mismatch),
         "gpu_preference_misses": sum(1 for o in outcomes if o.preference_miss),
         "decisions": result.decisions,
+        "events": result.events,
         "utilization": {
             "gpu": _r(gpu_busy / (total_gpu * span), 4) if total_gpu and span > 0 else 0.0,
             "clusters": per_cluster,
