@@ -183,7 +183,7 @@ def is_true(obj: Obj | None, kind: str) -> bool:
 
 
 def admitted_on(worker: str) -> Callable[[Obj], bool]:
-    """Predicate: admitted on ``worker`` with the nomination cleared (S5)."""
+    """Predicate: ``clusterName`` is ``worker`` and the manager Workload is ``Admitted``."""
     return lambda w: cluster_of(w) == worker and is_true(w, "Admitted")
 
 
