@@ -1,0 +1,512 @@
+"""Dispatch latency: a burst of W eligible Workloads over K emulated workers, against the real
+dispatcher, with the bare status-PATCH round trip on the same fake server as the floor.
+
+Not a test: it prints figures (and writes them as JSON with ``--json FILE``).
+
+Set-up (two processes, two CPUs):
+
+- a **server subprocess**, pinned to CPU 0: one fake API server per cluster (the manager and
+  ``worker-1`` … ``worker-K``, the generic topology of ``sandbox serve --workers K``) over HTTPS,
+  the MultiKueueClusters marked ``Active`` (what Kueue would report), and W Workloads created in
+  the manager (``default/bench-N``, 10m CPU and 16Mi each, not yet eligible). **No Kueue
+  emulation runs**: the subprocess plays Kueue's part itself, so that the measured path is the
+  dispatcher's alone. The fake serves the Kueue kinds without their OpenAPI/CEL schema unless
+  ``--crds`` is given: the fake's Python CEL evaluation costs about 2 ms per Workload status
+  write, which caps it near 450 writes per CPU-second (``benchmarks/fake_apiserver.py``), below
+  the rate being measured; a real API server validates in Go.
+- **this process**, pinned to CPU 1: first the floor, then the real dispatcher
+  (:func:`dispatcher.app.manager.run_manager`, default settings: apply mode, 4 reconcile
+  workers, the default pipeline) connected to the manager through its kubeconfig file and to the
+  workers through the kubeconfig Secrets, exactly as in a cluster.
+
+What is measured:
+
+- **nomination latency** of each workload: from the moment the server commits the status write
+  that makes it eligible (``QuotaReserved=True``, ``admission``, the MultiKueue check ``Pending``:
+  Kueue's quota reservation, after which the watch event goes out) to the moment the server
+  commits the dispatcher's ``status.nominatedClusterNames`` write (the nomination accepted; its
+  answer reaches the dispatcher about 0.1 ms later on loopback). Both instants are taken in the
+  server process with ``time.monotonic()``, so no clocks are compared. The path in between: watch
+  event to the dispatcher, work queue, eligibility, snapshots, the pipeline (in a worker thread,
+  serialised with the in-flight ledger), the server-side apply request.
+- The workloads become eligible at ``--rate`` per second (default 500, the target rate; 0: all at
+  once, to measure the maximum throughput; then latency is mostly queueing).
+- **nominations/s**: W / (last nomination − first eligibility).
+- **patch floor**: before the dispatcher starts, this process sends ``--floor-patches``
+  sequential server-side-apply patches of ``status.nominatedClusterNames`` (alternating values,
+  so each is a real write) to one Workload of the same manager server, with the dispatcher's own
+  client code (``dispatcher.k8s.patching.apply_status``); the round trip is timed around the call.
+  The ratio is nomination latency / floor (p50 and p99 each).
+- **CPU seconds per nomination**: this process's CPU time (user + system) from the first
+  eligibility until the last nomination, over W. It includes everything the dispatcher does per
+  workload: watch decoding, the reconcile after its own write, the Event it records.
+- **peak RSS** of this process (the dispatcher), and the server's CPU use during the burst.
+
+    .venv/bin/python benchmarks/dispatch_latency.py [-W 2000] [-K 20] [--rate 500] [--json F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import copy
+import json
+import math
+import os
+import platform
+import resource
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+SCRIPT = Path(__file__).resolve()
+READY_TIMEOUT = 120.0
+NAMESPACE = "default"
+KUEUE = "kueue.x-k8s.io"
+V1BETA2 = "v1beta2"
+PROBE = "floor-probe"
+CHECK = "multikueue"
+
+
+# --- the server subprocess ---------------------------------------------------------------------
+
+
+def _now_text() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _workload(name: str) -> dict[str, Any]:
+    container = {
+        "name": "main",
+        "image": "registry.k8s.io/e2e-test-images/agnhost:2.52",
+        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
+    }
+    return {
+        "apiVersion": f"{KUEUE}/{V1BETA2}",
+        "kind": "Workload",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "queueName": "user-queue",
+            "podSets": [
+                {
+                    "name": "main",
+                    "count": 1,
+                    "template": {"spec": {"restartPolicy": "Never", "containers": [container]}},
+                }
+            ],
+        },
+    }
+
+
+def _eligible_status() -> dict[str, Any]:
+    """What Kueue writes when it reserves quota on the manager (C49: eligible from then on)."""
+    now = _now_text()
+    return {
+        "conditions": [
+            {
+                "type": "QuotaReserved",
+                "status": "True",
+                "reason": "QuotaReserved",
+                "message": "Quota reserved in ClusterQueue cluster-queue",
+                "lastTransitionTime": now,
+                "observedGeneration": 1,
+            }
+        ],
+        "admission": {
+            "clusterQueue": "cluster-queue",
+            "podSetAssignments": [
+                {
+                    "name": "main",
+                    "flavors": {"cpu": "default-flavor", "memory": "default-flavor"},
+                    "resourceUsage": {"cpu": "10m", "memory": "16Mi"},
+                    "count": 1,
+                }
+            ],
+        },
+        "admissionChecks": [
+            {"name": CHECK, "state": "Pending", "message": "", "lastTransitionTime": now}
+        ],
+    }
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    """Start the clusters, print READY, flip workloads on GO, print RESULT, wait for SIGTERM."""
+    if args.server_cpu is not None:
+        os.sched_setaffinity(0, {args.server_cpu})
+    if not args.crds:
+        os.environ["KUEUE_CRDS_DIR"] = str(Path(tempfile.gettempdir()) / "no-kueue-crds-here")
+    from dispatcher.sandbox.serve import start_topology
+    from dispatcher.sandbox.topology import generic_topology
+
+    names = [f"worker-{i}" for i in range(1, args.K + 1)]
+    directory = Path(args.dir)
+    sandbox = await start_topology(directory, generic_topology(names))
+    manager = sandbox.manager
+    store = manager.store
+    workloads = manager.registry.get(KUEUE, "workloads")
+    mkcs = manager.registry.get(KUEUE, "multikueueclusters")
+    assert workloads is not None
+    assert mkcs is not None
+    for name in names:
+        obj = copy.deepcopy(store.get(mkcs.key, ("", name)))
+        assert obj is not None
+        obj["status"] = {
+            "conditions": [
+                {
+                    "type": "Active",
+                    "status": "True",
+                    "reason": "Active",
+                    "message": "Connected",
+                    "lastTransitionTime": _now_text(),
+                }
+            ]
+        }
+        store.write(mkcs.key, ("", name), obj, "MODIFIED")
+    keys = [(NAMESPACE, f"bench-{i:05d}") for i in range(args.W)]
+    for _, name in [*keys, (NAMESPACE, PROBE)]:
+        manager._seed_object(KUEUE, "workloads", V1BETA2, _workload(name))
+
+    eligible_at: dict[tuple[str, str], float] = {}
+    nominated_at: dict[tuple[str, str], float] = {}
+    all_nominated = asyncio.Event()
+    original_write = store.write
+
+    def write(resource_key: Any, key: Any, obj: Any, event_type: str) -> Any:
+        result = original_write(resource_key, key, obj, event_type)
+        if (
+            resource_key == workloads.key
+            and key in eligible_at
+            and key not in nominated_at
+            and (obj.get("status") or {}).get("nominatedClusterNames")
+        ):
+            nominated_at[key] = time.monotonic()
+            if len(nominated_at) == len(keys):
+                all_nominated.set()
+        return result
+
+    store.write = write  # type: ignore[method-assign]
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    print("READY " + json.dumps({"dir": str(directory), "schema": sandbox.schemas}), flush=True)
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    command = (await reader.readline()).decode().strip()
+    if command == "GO":
+        cpu_before = time.process_time()
+        started = time.monotonic()
+        for index, key in enumerate(keys):
+            if args.rate > 0:
+                delay = started + index / args.rate - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+            elif index % 100 == 0:
+                await asyncio.sleep(0)
+            obj = copy.deepcopy(store.get(workloads.key, key))
+            assert obj is not None
+            obj["status"] = _eligible_status()
+            eligible_at[key] = time.monotonic()
+            original_write(workloads.key, key, obj, "MODIFIED")
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(args.timeout):
+                await all_nominated.wait()
+        finished = time.monotonic()
+        latencies = [(nominated_at[k] - eligible_at[k]) * 1000.0 for k in keys if k in nominated_at]
+        result = {
+            "latencies_ms": latencies,
+            "nominated": len(nominated_at),
+            "first_eligible": min(eligible_at.values()),
+            "last_eligible": max(eligible_at.values()),
+            "last_nominated": max(nominated_at.values()) if nominated_at else finished,
+            "server_cpu_s": time.process_time() - cpu_before,
+            "server_wall_s": finished - started,
+            "server_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        }
+        print("RESULT " + json.dumps(result), flush=True)
+    await stop.wait()
+    await sandbox.stop()
+
+
+# --- this process: floor, dispatcher, figures ---------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def server_process(
+    args: argparse.Namespace, directory: Path
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """The server subprocess, until READY; SIGTERM on the way out."""
+    argv = [sys.executable, str(SCRIPT), "--serve", "--dir", str(directory)]
+    argv += ["-W", str(args.W), "-K", str(args.K), "--rate", str(args.rate)]
+    argv += ["--timeout", str(args.timeout)]
+    if args.crds:
+        argv.append("--crds")
+    if args.server_cpu is not None:
+        argv += ["--server-cpu", str(args.server_cpu)]
+    process = await asyncio.create_subprocess_exec(
+        *argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    try:
+        assert process.stdout is not None
+        async with asyncio.timeout(READY_TIMEOUT):
+            while True:
+                line = (await process.stdout.readline()).decode()
+                if not line:
+                    raise RuntimeError("the server process exited before READY")
+                if line.startswith("READY "):
+                    break
+        yield process
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                async with asyncio.timeout(15):
+                    await process.wait()
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    """Nearest-rank percentile."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    index = min(len(ordered) - 1, max(0, math.ceil(fraction * len(ordered)) - 1))
+    return ordered[index]
+
+
+async def measure_floor(kubeconfig: Path, count: int) -> list[float]:
+    """Sequential server-side-apply status patches, timed around the dispatcher's own call."""
+    from dispatcher.k8s.client import KubeApi, client_from_kubeconfig_file
+    from dispatcher.k8s.patching import apply_status
+
+    api = KubeApi(await client_from_kubeconfig_file(str(kubeconfig)), name="floor")
+    rtts: list[float] = []
+    try:
+        for index in range(count + 20):
+            body = {
+                "apiVersion": f"{KUEUE}/{V1BETA2}",
+                "kind": "Workload",
+                "metadata": {"name": PROBE, "namespace": NAMESPACE},
+                "status": {"nominatedClusterNames": [f"worker-{1 + index % 2}"]},
+            }
+            started = time.perf_counter()
+            await apply_status(
+                api, KUEUE, V1BETA2, NAMESPACE, "workloads", PROBE, body, "floor-probe"
+            )
+            if index >= 20:  # warm-up: connection set-up, first-use caches
+                rtts.append((time.perf_counter() - started) * 1000.0)
+    finally:
+        await api.close()
+    return rtts
+
+
+async def _wait_for_workers(manager: Any, count: int, within: float) -> None:
+    async with asyncio.timeout(within):
+        while True:
+            registry = manager.registry
+            if registry is not None and registry.synced:
+                candidates = [
+                    c for ch in registry.multikueue_checks() for c in registry.candidates(ch)[0]
+                ]
+                if len(candidates) == count and all(c.active for c in candidates):
+                    return
+            await asyncio.sleep(0.05)
+
+
+def _start_profiler(path: str | None) -> Any:
+    """pyinstrument (not a project dependency: ``pip install pyinstrument``) around the burst."""
+    if not path:
+        return None
+    from pyinstrument import Profiler
+
+    profiler = Profiler(interval=0.0005, async_mode="disabled")
+    profiler.start()
+    return profiler
+
+
+def _stop_profiler(profiler: Any, path: str | None) -> None:
+    if profiler is None or not path:
+        return
+    profiler.stop()
+    Path(path).write_text(profiler.output_text(unicode=False, color=False, show_all=False))
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Run the benchmark and return its figures."""
+    import anyio
+
+    from dispatcher.app.manager import Manager, run_manager
+    from dispatcher.app.settings import load_settings
+
+    cpus = sorted(os.sched_getaffinity(0))
+    if args.server_cpu is None and len(cpus) >= 2:
+        args.server_cpu = cpus[0]
+    with tempfile.TemporaryDirectory(prefix="mkd-bench-") as tmp:
+        directory = Path(tmp)
+        async with server_process(args, directory) as server:
+            if len(cpus) >= 2:
+                os.sched_setaffinity(0, {cpus[1]})
+            kubeconfig = directory / "manager.kubeconfig"
+            floor = await measure_floor(kubeconfig, args.floor_patches)
+            settings = load_settings(
+                {
+                    "leader_election.enabled": False,
+                    "health_address": "127.0.0.1:0",
+                    "metrics_address": "127.0.0.1:0",
+                    "log_format": "text",
+                    "log_level": "warning",
+                },
+                None,
+            )
+            started = asyncio.Event()
+            holder: list[Manager] = []
+
+            def on_started(manager: Manager) -> None:
+                holder.append(manager)
+                started.set()
+
+            result: dict[str, Any] = {}
+            async with anyio.create_task_group() as group:
+
+                async def dispatcher() -> None:
+                    await run_manager(
+                        settings, kubeconfig=kubeconfig, handle_signals=False, on_started=on_started
+                    )
+
+                group.start_soon(dispatcher)
+                async with asyncio.timeout(60):
+                    await started.wait()
+                await _wait_for_workers(holder[0], args.K, within=60)
+                profiler = _start_profiler(args.profile)
+                cpu_before = time.process_time()
+                assert server.stdin is not None
+                assert server.stdout is not None
+                server.stdin.write(b"GO\n")
+                await server.stdin.drain()
+                async with asyncio.timeout(args.timeout + 60):
+                    while True:
+                        line = (await server.stdout.readline()).decode()
+                        if not line:
+                            raise RuntimeError("the server process exited before RESULT")
+                        if line.startswith("RESULT "):
+                            result = json.loads(line[len("RESULT ") :])
+                            break
+                cpu_used = time.process_time() - cpu_before
+                _stop_profiler(profiler, args.profile)
+                nominator = holder[0].nominator
+                writes = nominator.writes if nominator is not None else 0
+                group.cancel_scope.cancel()
+    latencies: list[float] = result["latencies_ms"]
+    span = result["last_nominated"] - result["first_eligible"]
+    nomination = {
+        "p50": round(percentile(latencies, 0.50), 3),
+        "p99": round(percentile(latencies, 0.99), 3),
+        "max": round(max(latencies), 3) if latencies else None,
+        "mean": round(statistics.fmean(latencies), 3) if latencies else None,
+    }
+    patch = {
+        "p50": round(percentile(floor, 0.50), 3),
+        "p99": round(percentile(floor, 0.99), 3),
+        "max": round(max(floor), 3),
+        "mean": round(statistics.fmean(floor), 3),
+    }
+    return {
+        "W": args.W,
+        "K": args.K,
+        "offered_rate_per_s": args.rate or None,
+        "schema": "Kueue CRDs (OpenAPI + CEL)" if args.crds else "schema-less Kueue kinds",
+        "nominated": result["nominated"],
+        "nomination_latency_ms": nomination,
+        "patch_rtt_ms": patch,
+        "ratio_p50": round(nomination["p50"] / patch["p50"], 2),
+        "ratio_p99": round(nomination["p99"] / patch["p99"], 2),
+        "nominations_per_s": round(result["nominated"] / span, 1) if span > 0 else None,
+        "eligible_per_s": round(args.W / (result["last_eligible"] - result["first_eligible"]), 1)
+        if result["last_eligible"] > result["first_eligible"]
+        else None,
+        "cpu_s_per_nomination": round(cpu_used / max(1, result["nominated"]), 6),
+        "dispatcher_cpu_s": round(cpu_used, 3),
+        "dispatcher_writes": writes,
+        "burst_wall_s": round(span, 3),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "server_cpu_s": round(result["server_cpu_s"], 3),
+        "server_busy": round(result["server_cpu_s"] / span, 3) if span > 0 else None,
+        "server_peak_rss_mb": round(result["server_peak_rss_mb"], 1),
+        "machine": {
+            "nproc": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "pinned": args.server_cpu is not None,
+        },
+    }
+
+
+def report(figures: dict[str, Any]) -> str:
+    """The figures as text."""
+    n, p = figures["nomination_latency_ms"], figures["patch_rtt_ms"]
+    rate = figures["offered_rate_per_s"]
+    return "\n".join(
+        [
+            f"dispatch latency: W={figures['W']} workloads over K={figures['K']} workers, "
+            f"eligible at {rate or 'once (burst)'}{'/s' if rate else ''}; "
+            f"{figures['schema']}",
+            f"  nominated                 {figures['nominated']} of {figures['W']}",
+            f"  nomination latency (ms)   p50 {n['p50']:.2f}  p99 {n['p99']:.2f}  "
+            f"max {n['max']:.2f}  mean {n['mean']:.2f}",
+            f"  bare status PATCH (ms)    p50 {p['p50']:.2f}  p99 {p['p99']:.2f}  "
+            f"max {p['max']:.2f}  (floor, sequential, same server)",
+            f"  ratio to the floor        p50 {figures['ratio_p50']:.2f}  "
+            f"p99 {figures['ratio_p99']:.2f}",
+            f"  nominations/s             {figures['nominations_per_s']}  "
+            f"(eligibility offered at {figures['eligible_per_s']}/s)",
+            f"  CPU s per nomination      {figures['cpu_s_per_nomination'] * 1000:.3f} ms "
+            f"(dispatcher process {figures['dispatcher_cpu_s']} s over "
+            f"{figures['burst_wall_s']} s)",
+            f"  peak RSS                  dispatcher {figures['peak_rss_mb']} MB, "
+            f"server {figures['server_peak_rss_mb']} MB",
+            f"  server CPU during burst   {figures['server_cpu_s']} s "
+            f"(busy {figures['server_busy']:.0%})",
+        ]
+    )
+
+
+def main() -> int:
+    """Command line."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("-W", type=int, default=2000, help="workloads in the burst")
+    parser.add_argument("-K", type=int, default=20, help="worker clusters (at most 20)")
+    parser.add_argument(
+        "--rate", type=float, default=500.0, help="eligibility rate per second (0: all at once)"
+    )
+    parser.add_argument("--floor-patches", type=int, default=300)
+    parser.add_argument("--timeout", type=float, default=120.0)
+    parser.add_argument("--crds", action="store_true", help="serve the real Kueue CRD schemas")
+    parser.add_argument("--json", metavar="FILE")
+    parser.add_argument(
+        "--profile", metavar="FILE", help="profile the dispatcher with pyinstrument into FILE"
+    )
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--dir", help=argparse.SUPPRESS)
+    parser.add_argument("--server-cpu", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        asyncio.run(_serve(args))
+        return 0
+    figures = asyncio.run(run(args))
+    print(report(figures))
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
+    return 0 if figures["nominated"] == args.W else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
