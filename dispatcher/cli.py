@@ -41,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     sandbox.add_argument(
         "--trace",
         metavar="FILE",
-        help="timed workload JSONL: workload lines with `at` (seconds after the start)",
+        help="a simulator trace (JSONL): workload lines with `arrival` (seconds after the start) "
+        "and `runSeconds`, as `simulate --write-trace` writes",
     )
     sandbox.add_argument("--json", metavar="FILE", help="write the summary as JSON to FILE")
     sandbox.add_argument(

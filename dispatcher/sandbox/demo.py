@@ -27,8 +27,9 @@ manager saw ``QuotaReserved=True`` (Kueue's quota reservation, when the workload
 for a worker) to the moment it saw ``status.clusterName`` set, with millisecond resolution (the
 Workload conditions only carry seconds). It is in wall-clock seconds, not scaled back.
 
-**Traces** (``--trace FILE``) are workload lines (see :class:`~dispatcher.sandbox.topology.
-WorkloadLine`) with one more field, ``at``: when to submit the line, in seconds after the start.
+**Traces** (``--trace FILE``) use the simulator's format (:mod:`dispatcher.sim.trace`): workload
+lines (:class:`~dispatcher.sandbox.topology.WorkloadLine`) with ``arrival`` (when to submit the
+line, seconds after the start) and ``runSeconds``; ``simulate --write-trace`` writes one.
 
 The JSON written by ``--json FILE``::
 
@@ -89,6 +90,7 @@ from dispatcher.sandbox.topology import (
     topology_objects,
     workload_object,
 )
+from dispatcher.sandbox.topology import _topology_problems as topology_problems
 
 __all__ = [
     "DemoOptions",
@@ -124,42 +126,35 @@ class TimedLine:
 def parse_trace_lines(
     lines: Sequence[str], *, source: str = "trace", topology: Topology | None = None
 ) -> list[TimedLine]:
-    """Validate a trace: JSON lines, each a workload line plus ``at`` (seconds, default 0).
-
-    Errors are reported as ``SOURCE:LINE: field: message``, all at once.
+    """Validate a trace in the simulator's format (:mod:`dispatcher.sim.trace`): workload lines
+    with ``arrival`` (seconds after the start) and ``runSeconds``, so that a trace replays the
+    same in ``simulate`` and in the sandbox. Fault lines (``worker-down``) are refused: only the
+    simulator replays them. With a ``topology``, each line's LocalQueue and priority class must
+    exist in it. Errors are ``SOURCE:LINE: field: message`` lines, all at once.
     """
-    times: list[float] = []
-    stripped: list[str] = []
-    errors: list[str] = []
-    for number, raw in enumerate(lines, start=1):
-        text = raw.strip()
-        if not text or text.startswith("#"):
-            stripped.append(text)
-            continue
-        try:
-            data = json.loads(text)
-        except ValueError:
-            stripped.append(text)  # parse_workload_lines reports it with its line number
-            continue
-        at: Any = 0.0
-        if isinstance(data, dict):
-            at = data.pop("at", 0.0)
-        if isinstance(at, bool) or not isinstance(at, int | float) or at < 0 or math.isinf(at):
-            errors.append(f"{source}:{number}: at: must be a number of seconds >= 0")
-            at = 0.0
-        times.append(float(at))
-        stripped.append(json.dumps(data))
+    from dispatcher.sim.trace import TraceError
+    from dispatcher.sim.trace import parse_trace_lines as parse_sim_trace
+
     try:
-        parsed = parse_workload_lines(stripped, source=source, topology=topology)
-    except WorkloadFileError as error:
-        errors.append(str(error))
-        parsed = []
+        trace = parse_sim_trace(lines, source=source)
+    except TraceError as error:
+        raise WorkloadFileError(str(error)) from None
+    errors: list[str] = []
+    if trace.faults:
+        errors.append(
+            f"{source}: fault events (worker-down) are replayed by `simulate` only, not by the "
+            "sandbox; remove them"
+        )
+    if topology is not None:
+        for timed in trace.workloads:
+            line = timed.line
+            errors += [
+                f"{source}: {line.namespace}/{line.name}: {problem}"
+                for problem in topology_problems(line, topology)
+            ]
     if errors:
         raise WorkloadFileError("\n".join(errors))
-    return sorted(
-        (TimedLine(at, line) for at, line in zip(times, parsed, strict=True)),
-        key=lambda t: t.at,
-    )
+    return [TimedLine(w.arrival, w.line) for w in trace.workloads]
 
 
 def load_trace(path: str | Path, topology: Topology | None = None) -> list[TimedLine]:

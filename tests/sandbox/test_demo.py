@@ -107,14 +107,16 @@ def test_expectations_a_workload_that_fits_the_manager_but_no_worker() -> None:
     assert "worker-h100: " in expectation.reason
 
 
-def test_trace_lines_carry_their_submission_time_and_are_sorted() -> None:
+def test_traces_are_the_simulators_format() -> None:
+    """``--trace`` takes what ``simulate --trace`` takes: workload lines with ``arrival``."""
     trace = parse_trace_lines(
         [
             "# a comment",
-            json.dumps({"at": 5, "name": "late"}),
-            json.dumps({"name": "first"}),
-            json.dumps({"at": 1.5, "name": "middle", "runSeconds": 3}),
-        ]
+            json.dumps({"arrival": 5, "name": "late", "runSeconds": 1}),
+            json.dumps({"arrival": 0, "name": "first", "runSeconds": 1}),
+            json.dumps({"arrival": 1.5, "name": "middle", "runSeconds": 3}),
+        ],
+        topology=default_topology(),
     )
     assert [(t.at, t.line.name) for t in trace] == [(0.0, "first"), (1.5, "middle"), (5.0, "late")]
     assert trace[1].line.run_seconds == 3
@@ -123,12 +125,32 @@ def test_trace_lines_carry_their_submission_time_and_are_sorted() -> None:
 def test_trace_errors_name_the_line_and_field() -> None:
     with pytest.raises(WorkloadFileError) as caught:
         parse_trace_lines(
-            [json.dumps({"at": -1, "name": "a"}), json.dumps({"at": 0, "name": "b", "x": 1})],
+            [
+                json.dumps({"arrival": -1, "name": "a", "runSeconds": 1}),
+                json.dumps({"arrival": 0, "name": "b", "runSeconds": 1, "x": 1}),
+            ],
             source="t.jsonl",
         )
     message = str(caught.value)
-    assert "t.jsonl:1: at: must be a number of seconds >= 0" in message
+    assert "t.jsonl:1: arrival: required, a number of seconds >= 0" in message
     assert "t.jsonl:2: x:" in message
+
+
+def test_trace_faults_and_unknown_queues_are_refused() -> None:
+    with pytest.raises(WorkloadFileError) as caught:
+        parse_trace_lines(
+            [
+                json.dumps({"arrival": 0, "name": "a", "runSeconds": 1, "queue": "nope"}),
+                json.dumps(
+                    {"fault": "worker-down", "cluster": "worker-a100", "start": 1, "end": 2}
+                ),
+            ],
+            source="t.jsonl",
+            topology=default_topology(),
+        )
+    message = str(caught.value)
+    assert "replayed by `simulate` only" in message
+    assert "t.jsonl: default/a: queue: no LocalQueue default/nope" in message
 
 
 def test_short_reason_is_the_decision_part_of_the_event() -> None:
