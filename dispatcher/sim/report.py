@@ -317,9 +317,9 @@ def plot_figure(results: Sequence[SimResult], topology: SimTopology) -> Any:
     util.set_xlabel("virtual time (hours since the first arrival)")
     util.set_ylabel("GPU utilization (% of GPU quota running jobs)")
     util.set_title("GPU utilization over time")
-    util.set_ylim(0, 105)
+    util.set_ylim(0, 125)
     util.grid(True, alpha=0.3)
-    util.legend(loc="lower center")
+    util.legend(loc="upper center", ncols=2, fontsize="small")
     figure.tight_layout()
     return figure
 
