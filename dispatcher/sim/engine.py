@@ -137,8 +137,10 @@ def parse_algorithms(
     """Parse ``--algorithms``: comma-separated; ``a+b`` composes a pipeline of plugins.
 
     ``all-at-once`` and ``incremental`` alone are Kueue's built-in dispatchers as Kueue runs them;
-    anything else is a pipeline of algorithms as ``multikueue-dispatcher plugins`` lists them.
-    ``options`` maps algorithm names to their options (for pipelines that use them).
+    anything else is a pipeline of algorithms as ``multikueue-dispatcher plugins`` lists them;
+    the prefix ``plugin:`` forces a pipeline (``plugin:all-at-once`` runs the plugin re-creation
+    of AllAtOnce through the dispatcher instead of Kueue's own). ``options`` maps algorithm names
+    to their options (for pipelines that use them).
     """
     out = []
     opts = options or {}
@@ -148,9 +150,11 @@ def parse_algorithms(
         if item in (KUEUE_ALL_AT_ONCE, KUEUE_INCREMENTAL):
             out.append(AlgorithmChoice(item, item))  # type: ignore[arg-type]
             continue
-        names = tuple(n.strip() for n in item.split("+") if n.strip())
+        forced = item.startswith("plugin:")
+        names = tuple(n.strip() for n in item.removeprefix("plugin:").split("+") if n.strip())
         used = {n: dict(opts[n]) for n in names if n in opts}
-        out.append(AlgorithmChoice("+".join(names), "pipeline", names, used))
+        label = ("plugin:" if forced else "") + "+".join(names)
+        out.append(AlgorithmChoice(label, "pipeline", names, used))
     if not out:
         raise ValueError("no algorithm given")
     seen = [c.name for c in out]

@@ -70,6 +70,11 @@ def test_an_in_process_plugin_runs_in_the_simulator() -> None:
             ],
             id="list",
         ),
+        pytest.param(
+            "plugin:all-at-once",
+            [("plugin:all-at-once", "pipeline", ("all-at-once",))],
+            id="plugin-re-creation",
+        ),
     ],
 )
 def test_algorithm_names(text: str, expected: list[tuple[str, str, tuple[str, ...]]]) -> None:
@@ -80,3 +85,12 @@ def test_algorithm_names(text: str, expected: list[tuple[str, str, tuple[str, ..
 def test_bad_algorithm_lists(text: str) -> None:
     with pytest.raises(ValueError, match="algorithm"):
         parse_algorithms(text)
+
+
+def test_the_plugin_re_creation_of_all_at_once_runs_through_the_dispatcher() -> None:
+    items = [workload(f"p-{i}", float(i), gpus=1) for i in range(3)]
+    runs = run("plugin:all-at-once,all-at-once", trace(*items))
+    plugin, kueue = runs["plugin:all-at-once"], runs["all-at-once"]
+    assert plugin[0].decisions >= 3
+    assert kueue[0].decisions == 0
+    assert plugin[1]["copies_per_dispatch"] == kueue[1]["copies_per_dispatch"] == 5
