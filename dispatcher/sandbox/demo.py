@@ -818,6 +818,14 @@ async def run_demo(options: DemoOptions, out: TextIO | None = None) -> DemoRepor
             directory, options.topology, settings=settings, crds=options.crds
         ) as env:
             await _wait_for_workers(env, within=30)
+            print(
+                "Kueue CRDs: real v0.19.2 schemas and CEL rules enforced"
+                if env.sandbox.schemas
+                else "Kueue CRDs: not found (set KUEUE_CRDS_DIR); Kueue kinds served without "
+                "validation",
+                file=out,
+                flush=True,
+            )
             tracker = Tracker(env, results)
             started = time.monotonic()
             print(
