@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import anyio
 from kubernetes_asyncio import client, config
+from test_registry import FAST, KUEUE, NS, V, mkc, secret
 
 from dispatcher.clusters.registry import ClusterRegistry, WorkerState
 from dispatcher.k8s.client import KubeApi
 from dispatcher.k8s.watching import BackoffPolicy
 from dispatcher.sandbox.fakeapi import FakeCluster
 from dispatcher.sandbox.kueue_crds import KUEUE_SHORT_FORMS
-from tests.clusters.test_registry import FAST, KUEUE, NS, V, mkc, secret
 
 
 async def test_existing_workers_are_never_reported_unusable_while_listing() -> None:
