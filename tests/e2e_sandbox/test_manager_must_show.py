@@ -10,12 +10,7 @@ from typing import Any
 import anyio
 import pytest
 import yaml
-
-from dispatcher.cli import main as cli_main
-from dispatcher.sandbox.environment import environment
-from dispatcher.sandbox.fakeapi.faults import Fault
-from dispatcher.sandbox.topology import default_topology
-from tests.e2e_sandbox.e2e_helpers import (
+from e2e_helpers import (
     A100,
     H100,
     EventWatch,
@@ -35,6 +30,11 @@ from tests.e2e_sandbox.e2e_helpers import (
     start_replica,
     worker_secret,
 )
+
+from dispatcher.cli import main as cli_main
+from dispatcher.sandbox.environment import environment
+from dispatcher.sandbox.fakeapi.faults import Fault
+from dispatcher.sandbox.topology import default_topology
 
 pytestmark = pytest.mark.slow
 
