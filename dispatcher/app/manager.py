@@ -135,6 +135,9 @@ class Manager:
     def _changed(self, cluster: str, resource: str, item: WatchItem) -> None:
         if self.nominator is not None:
             self.nominator.on_change(cluster, resource, item)
+            if resource == "connection":
+                # A worker's state changed: the gauge shows it at once, not at the next tick.
+                self.nominator.publish_connection_states()
 
     async def _publish_states(self) -> None:
         while True:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import contextlib
+import io
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -17,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from dispatcher.app.manager import Manager, run_manager
 from dispatcher.app.settings import load_settings
+from dispatcher.cli import main as cli_main
 from dispatcher.sandbox.environment import DISPATCHER_NAME, Environment
 from dispatcher.sandbox.fakeapi.admission import (
     AdmissionRequest,
@@ -320,6 +323,16 @@ async def scrape(manager: Manager) -> dict[str, list[tuple[dict[str, str], float
         for sample in family.samples:
             samples.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
     return samples
+
+
+def run_cli(argv: list[str]) -> tuple[int, str]:
+    """``multikueue-dispatcher ARGV`` in-process (it calls ``anyio.run``: call this from a
+    worker thread); returns the exit code and what it printed. Not capsys: the dispatcher's
+    log handler keeps the stream it was configured with, which capsys would close."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = cli_main(argv)
+    return code, out.getvalue()
 
 
 async def dispatcher_events(env: Environment, reason: str | None = None) -> list[Obj]:

@@ -26,12 +26,12 @@ from e2e_helpers import (
     nominated,
     placed_all,
     replace_secret_data,
+    run_cli,
     scrape,
     start_replica,
     worker_secret,
 )
 
-from dispatcher.cli import main as cli_main
 from dispatcher.sandbox.environment import environment
 from dispatcher.sandbox.fakeapi.faults import Fault
 from dispatcher.sandbox.topology import default_topology
@@ -354,7 +354,7 @@ async def test_bad_kubeconfig_secret_marks_worker_unusable(
 
 
 async def test_metrics_show_documented_series_and_explain_prints_verdicts(
-    tmp_path: Path, crds_dir: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, crds_dir: Path
 ) -> None:
     """After dispatching, ``/metrics`` shows every documented series with values, and
     ``explain NS/NAME`` prints the verdicts per cluster."""
@@ -415,9 +415,7 @@ async def test_metrics_show_documented_series_and_explain_prints_verdicts(
             "--sync-timeout",
             "10",
         ]
-        capsys.readouterr()
-        code = await anyio.to_thread.run_sync(cli_main, argv)
-        out = capsys.readouterr().out
+        code, out = await anyio.to_thread.run_sync(run_cli, argv)
         assert code == 0, out
         assert f"workload {waiting['namespace']}/{waiting['name']}" in out
         assert "Nominated" in out  # the last decision's Event
