@@ -47,7 +47,7 @@ class SandboxBackend(KubeBackend):
     """The scenario backend on the sandbox (see the module docstring)."""
 
     name = "sandbox"
-    timeouts = Timeouts(short=20, long=45, quiet=6)
+    timeouts = Timeouts(short=60, long=120, quiet=6)
 
     def __init__(self, directory: Path, crds: Path) -> None:
         super().__init__()

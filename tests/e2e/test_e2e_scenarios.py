@@ -3,7 +3,7 @@
 The topology (``topology.yaml``, ``manifests/samples``): ``worker1`` with 2 A100 GPUs and 8Gi
 of memory, ``worker2`` with 4 H100 GPUs and 32Gi; asymmetric quotas force a job onto one worker
 (as Kueue's own e2e does, C78). The dispatcher runs with ``manifests/overlays/kind/config.yaml``
-(gpu-type-affinity + capacity-first, most-free, patience 6 s then move).
+(gpu-type-affinity + capacity-first, most-free, patience 15 s then move).
 
 Every scenario starts from empty clusters (``backend.reset()``) and checks what it can see
 through the API only: manager Workloads, their nomination history, the remote copies that ever
@@ -132,7 +132,7 @@ async def test_s3_gpu_type_affinity(backend: Backend) -> None:
 
 async def test_s4_renomination_while_pending_moves_the_copy(backend: Backend) -> None:
     # Both workers full; the job fits either later. Nominated to one, it waits there for the
-    # patience (6 s) and is then moved: the copy on the first worker is deleted.
+    # patience (15 s) and is then moved: the copy on the first worker is deleted.
     for worker in WORKERS:
         gpus = 2 if worker == "worker1" else 4
         await admit(
