@@ -309,6 +309,12 @@ async def test_s12_dispatcher_restart_in_the_middle_of_a_dispatch_is_idempotent(
     names = [f"s12-job-{i}" for i in range(4)]
     for name in names:
         await backend.submit(job(name, cpu="2"))
+    # Restart once the first nomination is written: in the middle of the burst.
+    await backend.wait_for(
+        lambda: any(n for name in names for n in backend.nominations(name)),
+        "a first nomination",
+        backend.timeouts.short,
+    )
     await backend.restart_dispatcher()
     for name in names:
         await backend.wait_workload(name, lambda w: is_true(w, "Admitted"), "admitted")
