@@ -758,9 +758,10 @@ def _short_reason(reason: str) -> str:
     return reason
 
 
-def _kubectl_hints(env: Environment, out: TextIO) -> None:
+def _kubectl_hints(env: Environment, out: TextIO, seconds: float | None) -> None:
     manager = env.sandbox.kubeconfig_path(env.sandbox.manager)
-    print("\nExplore (the clusters and the dispatcher stay up until Ctrl-C):", file=out)
+    until = "until Ctrl-C" if seconds is None else f"for {seconds:g} s"
+    print(f"\nExplore (the clusters and the dispatcher stay up {until}):", file=out)
     print(f"  kubectl --kubeconfig {manager} get workloads.kueue.x-k8s.io -A -o wide", file=out)
     print(f"  kubectl --kubeconfig {manager} get events -A", file=out)
     print(f"  kubectl --kubeconfig {manager} -n {KUEUE_NAMESPACE} get multikueueclusters", file=out)
@@ -850,7 +851,7 @@ async def run_demo(options: DemoOptions, out: TextIO | None = None) -> DemoRepor
                 options.json_path.write_text(json.dumps(report.to_json(), indent=2) + "\n")
                 print(f"Wrote {options.json_path}", file=out, flush=True)
             if options.keep:
-                _kubectl_hints(env, out)
+                _kubectl_hints(env, out, options.keep_seconds)
                 await _wait_for_signal(options.keep_seconds)
     return report
 
