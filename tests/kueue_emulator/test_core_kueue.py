@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from conftest import KueueEnv, get_condition, has, start_env
+from core_env import KueueEnv, get_condition, has, start_env
 from kueue_builders import (
     A100,
     GPU,

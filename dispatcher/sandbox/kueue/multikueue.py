@@ -89,6 +89,7 @@ from dispatcher.sandbox.kueue.runtime import (
     KUEUE_MANAGER,
     MULTIKUEUE_CONTROLLER,
     ORIGIN_LABEL,
+    PREBUILT_WORKLOAD_LABEL,
     USER_AGENT,
     Clock,
     ClusterConnection,
@@ -137,6 +138,14 @@ RemoveRemoteJob = Callable[[KubeClient, Obj, str], Awaitable[None]]
 _DNS1123_SUBDOMAIN = re.compile(
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 )
+
+
+def _job_terminal(job: Mapping[str, Any]) -> bool:
+    """Whether a Job has a ``Complete`` or ``Failed`` condition with status True."""
+    return any(
+        c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+        for c in (job.get("status") or {}).get("conditions") or []
+    )
 
 
 def _key(obj: Mapping[str, Any]) -> Key:
@@ -270,8 +279,30 @@ class RemoteCluster:
             initial_backoff=reconnect_base_seconds,
             max_backoff=reconnect_base_seconds * 2 ** (RECONNECT_MAX_STEPS - 1),
         )
+        # Jobs created on this worker for the manager's Jobs (C28 step 2): their status changes
+        # are synced back to the manager Job (C25), so they wake the owning Workload's key.
+        self.jobs = Informer(
+            self.client,
+            JOBS,
+            self._job_changed,
+            label_selector=f"{ORIGIN_LABEL}={origin}",
+            initial_backoff=reconnect_base_seconds,
+            max_backoff=reconnect_base_seconds * 2 ** (RECONNECT_MAX_STEPS - 1),
+        )
         self.failed_attempts = 0
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def _job_changed(self, kind: str, obj: Obj) -> None:
+        if kind in ("SYNCED", "DISCONNECTED"):
+            return
+        meta = obj.get("metadata") or {}
+        workload = (meta.get("labels") or {}).get(PREBUILT_WORKLOAD_LABEL)
+        if workload:
+            self._on_change(
+                self.name,
+                "MODIFIED",
+                {"metadata": {"namespace": meta.get("namespace", ""), "name": workload}},
+            )
 
     def _changed(self, kind: str, obj: Obj) -> None:
         if kind == "DISCONNECTED":
@@ -289,17 +320,30 @@ class RemoteCluster:
         """The cached remote copy of a manager Workload."""
         return self.workloads.get(key[1], key[0])
 
+    def job_of(self, key: Key) -> Obj | None:
+        """The cached Job created on this worker for a manager Workload, if any."""
+        for job in self.jobs.items():
+            meta = job.get("metadata") or {}
+            if (
+                meta.get("namespace") == key[0]
+                and (meta.get("labels") or {}).get(PREBUILT_WORKLOAD_LABEL) == key[1]
+            ):
+                return job
+        return None
+
     def start(self) -> None:
         """Start connecting (and reconnecting, with backoff)."""
-        self._task = asyncio.get_running_loop().create_task(self.workloads.run())
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self.workloads.run()), loop.create_task(self.jobs.run())]
 
     async def stop(self) -> None:
         """Stop watching and close the client."""
-        if self._task is not None:
-            self._task.cancel()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+                await task
+        self._tasks = []
         await self.client.close()
 
 
@@ -1022,6 +1066,12 @@ class WorkloadController(_Loop):
                         local,
                         _with_check(status, _set_check(group.check, "Retry", message, self.clock)),
                     )
+                return None
+            remote_job = group.remotes[cluster].job_of(key)
+            if remote_job is not None and not _job_terminal(remote_job):
+                # The emulated worker finishes the Workload a moment before its Job controller
+                # stand-in completes the Job; with real Kueue the Job completes first. Wait for
+                # the Job (its informer wakes this key) so its final status is copied back.
                 return None
             if self.sync_remote_job is not None:
                 await self.sync_remote_job(group.remotes[cluster].client, local, cluster)
