@@ -15,6 +15,7 @@ loses to a less preferred one where the workload fits.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -56,6 +57,12 @@ class GpuTypeAffinityOptions(BaseModel):
         1.0,
         ge=0,
         description="Weight of the `gpu-preference` score within the preference tier.",
+    )
+    spare_gpu_clusters: bool = Field(
+        True,
+        description="Workloads that ask for no GPU prefer clusters that offer no GPU type, "
+        "keeping GPU clusters for GPU work (a preference: a GPU cluster still takes them when "
+        "only it fits now).",
     )
 
 
@@ -108,12 +115,38 @@ class GpuPreferenceScorer:
         return 0.0, "offers no preferred type"
 
 
+def asks_for_gpus(request: DispatchRequest) -> bool:
+    """Whether any pod set requests a GPU resource or names a GPU type."""
+    if request.required_gpu_types is not None or request.preferred_gpu_types:
+        return True
+    return any("gpu" in name.lower() and amount > 0 for name, amount in request.totals.items())
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSparingScorer:
+    """1 for a cluster without GPU types when the workload asks for no GPU, else 0."""
+
+    name: str = "spare-gpu-clusters"
+    tier: int = TIER_PREFERENCE
+    weight: float = 1.0
+
+    def score(
+        self, request: DispatchRequest, cluster: ClusterSnapshot, ctx: StageContext
+    ) -> tuple[float, str]:
+        """Prefer CPU-only clusters for CPU-only work."""
+        if asks_for_gpus(request):
+            return 0.0, "asks for GPUs"
+        if cluster.gpu_types:
+            return 0.0, "GPU cluster"
+        return 1.0, "no GPUs asked, cluster has none"
+
+
 def build_gpu_type_affinity(options: GpuTypeAffinityOptions) -> Stages:
     """The stages of ``gpu-type-affinity`` (no selector of its own)."""
-    return Stages(
-        filters=(GpuTypeFilter(strict=options.strict),),
-        scorers=(GpuPreferenceScorer(weight=options.preference_weight),),
-    )
+    scorers: tuple[Any, ...] = (GpuPreferenceScorer(weight=options.preference_weight),)
+    if options.spare_gpu_clusters:
+        scorers = (*scorers, GpuSparingScorer())
+    return Stages(filters=(GpuTypeFilter(strict=options.strict),), scorers=scorers)
 
 
 GPU_TYPE_AFFINITY = AlgorithmSpec(

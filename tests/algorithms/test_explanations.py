@@ -31,12 +31,16 @@ def test_verdicts_name_the_filter_the_reason_and_the_score_components() -> None:
         "fits-now": 1.0,
         "most-free": 0.25,
         "queue-ahead": 1.0,
+        "spare-gpu-clusters": 0.0,
     }
     assert full.fits_now is False
     assert "requested 2, available 0" in full.reason
 
     text = describe_decision(decision)
     assert text.splitlines()[0].startswith("gpu-type-affinity+capacity-first: nominate h100-free")
-    assert "#0 h100-free: kept; gpu-preference=0 (no preference), fits-now=1 (fits now)" in text
+    assert (
+        "#0 h100-free: kept; gpu-preference=0 (no preference), "
+        "spare-gpu-clusters=0 (asks for GPUs), fits-now=1 (fits now)"
+    ) in text
     assert f"-- a100: dropped by gpu-type: requires {H100}" in text
     assert "look again in 300s" in text
