@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -36,6 +36,7 @@ from dispatcher.controller.nominator import ControllerConfig, Nominator
 from dispatcher.http import CheckResult, serve_http
 from dispatcher.k8s.client import KubeApi, client_from_kubeconfig_file, client_in_cluster
 from dispatcher.k8s.errors import ApiError
+from dispatcher.k8s.ratelimit import TokenBucket
 from dispatcher.k8s.watching import BackoffPolicy, WatchItem, WatchSettings
 from dispatcher.leader.elector import LeaderElector, LeadershipLost, Role
 from dispatcher.logs import configure_logging
@@ -67,9 +68,15 @@ def build_decide(
     settings: Settings, host: PluginHost
 ) -> Callable[[DispatchRequest, Sequence[ClusterSnapshot]], Decision]:
     """The pipeline the settings name, bound to the plugin host (errors name the algorithm)."""
-    pipeline = host.pipeline(
-        settings.algorithms, settings.algorithm_options, plugin_weights=settings.plugin_weights
-    )
+    options: dict[str, Any] = {
+        name: dict(opts) for name, opts in settings.algorithm_options.items()
+    }
+    if "capacity-first" in settings.algorithms:
+        # The top-level patience applies unless the algorithm's own options set one.
+        options.setdefault("capacity-first", {}).setdefault(
+            "patience_seconds", settings.patience_seconds
+        )
+    pipeline = host.pipeline(settings.algorithms, options, plugin_weights=settings.plugin_weights)
 
     def decide(request: DispatchRequest, snapshots: Sequence[ClusterSnapshot]) -> Decision:
         return host.decide(pipeline, request, snapshots)
@@ -112,11 +119,24 @@ class Manager:
             "standalone" if self.elector.role == Role.STANDALONE else "leader"
         )
         settings = self.settings
-        watch = WatchSettings(server_timeout=max(30, settings.worker_client.watch_timeout_seconds))
+        workers = settings.worker_client
+
+        async def worker_client(config: Mapping[str, Any], name: str) -> KubeApi:
+            return await KubeApi.from_kubeconfig(
+                config,
+                name=name,
+                request_timeout=workers.request_timeout_seconds,
+                limiter=TokenBucket(workers.qps, workers.burst),
+            )
+
         self.registry = ClusterRegistry(
             self.api,
             kueue_namespace=settings.kueue_namespace,
-            watch_settings=watch,
+            watch_settings=WatchSettings(server_timeout=max(1, workers.watch_timeout_seconds)),
+            manager_watch_settings=WatchSettings(
+                server_timeout=max(1, settings.manager_client.watch_timeout_seconds)
+            ),
+            client_factory=worker_client,
             reconnect=BackoffPolicy(initial=1.0, maximum=60.0),
             on_change=self._changed,
         )
@@ -147,14 +167,18 @@ class Manager:
 
 
 async def _open_manager_api(kubeconfig: Path | None, settings: Settings) -> KubeApi:
-    timeout = settings.manager_client.request_timeout_seconds
-    if kubeconfig is not None:
-        return KubeApi(
-            await client_from_kubeconfig_file(str(kubeconfig)),
-            request_timeout=timeout,
-            name="manager",
-        )
-    return KubeApi(client_in_cluster(), request_timeout=timeout, name="manager")
+    client = settings.manager_client
+    api_client = (
+        await client_from_kubeconfig_file(str(kubeconfig))
+        if kubeconfig is not None
+        else client_in_cluster()
+    )
+    return KubeApi(
+        api_client,
+        request_timeout=client.request_timeout_seconds,
+        name="manager",
+        limiter=TokenBucket(client.qps, client.burst),
+    )
 
 
 async def _watch_signals(scope: anyio.CancelScope) -> None:

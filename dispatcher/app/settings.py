@@ -183,8 +183,8 @@ class Settings(BaseSettings):
     patience_seconds: float = Field(
         default=300.0,
         gt=0,
-        description="How long a nomination may stay unadmitted before the workload is decided "
-        "again, unless the algorithm says otherwise.",
+        description="How long a nomination may stay unadmitted before capacity-first moves or "
+        "widens it; capacity-first's own `patience_seconds` option, when given, wins.",
     )
     stuck_after_seconds: float = Field(
         default=15.0,

@@ -181,6 +181,7 @@ class ClusterRegistry:
         *,
         kueue_namespace: str = "kueue-system",
         watch_settings: WatchSettings | None = None,
+        manager_watch_settings: WatchSettings | None = None,
         reconnect: BackoffPolicy | None = None,
         clock: Clock = SYSTEM_CLOCK,
         on_change: ChangeCallback | None = None,
@@ -205,7 +206,7 @@ class ClusterRegistry:
                 "admissionchecks": Watched(ADMISSION_CHECKS),
                 "secrets": Watched(SECRETS, namespace=kueue_namespace),
             },
-            settings=self._settings,
+            settings=manager_watch_settings or self._settings,
             clock=clock,
             on_change=self._manager_changed,
         )

@@ -34,6 +34,7 @@ from kubernetes_asyncio.config.config_exception import ConfigException
 
 from dispatcher.k8s.errors import ApiError, ApiUnreachable
 from dispatcher.k8s.kubeconfig import BAD, KubeconfigError, validate_kubeconfig
+from dispatcher.k8s.ratelimit import TokenBucket
 from dispatcher.k8s.resources import EVENTS, SECRETS, ResourceRef
 
 Obj = dict[str, Any]
@@ -157,18 +158,39 @@ class KubeApi:
     """
 
     def __init__(
-        self, api_client: ApiClient, *, request_timeout: float = DEFAULT_TIMEOUT, name: str = ""
+        self,
+        api_client: ApiClient,
+        *,
+        request_timeout: float = DEFAULT_TIMEOUT,
+        name: str = "",
+        limiter: TokenBucket | None = None,
     ):
         self.api_client = api_client
         self.request_timeout = request_timeout
         self.name = name
+        self.limiter = limiter
+
+    async def throttle(self) -> None:
+        """Wait for the client-side rate limit (``qps``/``burst``) before a request."""
+        if self.limiter is not None:
+            await self.limiter.acquire()
 
     @classmethod
     async def from_kubeconfig(
-        cls, config: Mapping[str, Any], *, request_timeout: float = DEFAULT_TIMEOUT, name: str = ""
+        cls,
+        config: Mapping[str, Any],
+        *,
+        request_timeout: float = DEFAULT_TIMEOUT,
+        name: str = "",
+        limiter: TokenBucket | None = None,
     ) -> KubeApi:
         """Validate ``config`` and build a client (:func:`client_from_kubeconfig`)."""
-        return cls(await client_from_kubeconfig(config), request_timeout=request_timeout, name=name)
+        return cls(
+            await client_from_kubeconfig(config),
+            request_timeout=request_timeout,
+            name=name,
+            limiter=limiter,
+        )
 
     async def close(self) -> None:
         """Close the client (shielded, bounded): safe in ``finally`` of a cancelled task."""
@@ -202,6 +224,7 @@ class KubeApi:
         Raises :class:`ApiError` for a non-2xx answer (the response is then released) and
         :class:`ApiUnreachable` for transport failures. The caller must release the response.
         """
+        await self.throttle()
         headers = {"Accept": "application/json"}
         if content_type is not None:
             headers["Content-Type"] = content_type

@@ -79,6 +79,7 @@ async def _patch_status(
     request_timeout: float | None,
 ) -> PatchResult:
     custom = CustomObjectsApi(api.api_client)
+    await api.throttle()
     try:
         answer = await custom.patch_namespaced_custom_object_status(  # type: ignore[call-arg]
             group,

@@ -1,0 +1,38 @@
+"""Every documented client and timing setting reaches the code that uses it."""
+
+from __future__ import annotations
+
+from dispatcher.algorithms.model import DispatchRequest
+from dispatcher.app.manager import build_decide
+from dispatcher.app.settings import load_settings
+from dispatcher.plugins import PluginHost
+from dispatcher.testing import make_cluster, make_request
+
+
+def nominated_after(age: float, settings_flags: dict[str, object]) -> tuple[str, ...]:
+    """Where capacity-first puts a workload whose nomination to a full cluster is ``age`` old."""
+    settings = load_settings(settings_flags, None)
+    decide = build_decide(settings, PluginHost.load(autoload=False))
+    request: DispatchRequest = make_request(
+        cpu=4, nominated=("busy",), nominated_at=1_000_000.0 - age, now=1_000_000.0
+    )
+    clusters = [
+        make_cluster("busy", cpu=4, used_cpu=4, order=0),
+        make_cluster("idle", cpu=8, order=1),
+    ]
+    return decide(request, clusters).nominate
+
+
+def test_patience_seconds_applies_to_capacity_first() -> None:
+    # Within patience the nomination stands; past it, capacity-first widens (its default).
+    assert nominated_after(30, {"patience_seconds": 60}) == ("busy",)
+    assert nominated_after(120, {"patience_seconds": 60}) == ("busy", "idle")
+    assert nominated_after(120, {"patience_seconds": 600}) == ("busy",)
+
+
+def test_algorithm_options_override_the_top_level_patience() -> None:
+    flags: dict[str, object] = {
+        "patience_seconds": 60,
+        "algorithm_options": {"capacity-first": {"patience_seconds": 600}},
+    }
+    assert nominated_after(120, flags) == ("busy",)
