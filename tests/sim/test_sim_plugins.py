@@ -40,7 +40,7 @@ class _FirstInConfig:
 def test_an_in_process_plugin_runs_in_the_simulator() -> None:
     host = PluginHost.load(plugins=[("test-plugin", _FirstInConfig())])
     name = "gpu-type-affinity+prefer-first"
-    items = [workload(f"c-{i}", float(i), gpus=0) for i in range(3)]
+    items = [workload(f"c-{i}", float(i), gpus=1) for i in range(3)]
     _, metrics = run(name, trace(*items), host=host)[name]
     assert metrics["admitted"] == 3
     # TopN over config order: the first worker, whatever its capacity.
