@@ -196,15 +196,8 @@ def _go_repr(value: Any) -> str:
 
 
 def _fmt_value(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return _go_number(value)
-    if isinstance(value, str):
-        return _go_quote(value)
-    return _go_repr(value)
+    """A value in an error message: ``null`` for None, else as :func:`_go_repr` prints it."""
+    return "null" if value is None else _go_repr(value)
 
 
 def _invalid(path: str, value: Any, detail: str, reason: str = INVALID) -> FieldError:
