@@ -149,21 +149,15 @@ class Manager:
         )
         async with anyio.create_task_group() as group:
             await group.start(self.registry.run)
+            self.nominator.publish_connection_states()
             group.start_soon(self.nominator.run)
-            group.start_soon(self._publish_states)
 
     def _changed(self, cluster: str, resource: str, item: WatchItem) -> None:
         if self.nominator is not None:
             self.nominator.on_change(cluster, resource, item)
             if resource == "connection":
-                # A worker's state changed: the gauge shows it at once, not at the next tick.
+                # The registry reports every change of a worker's state (and its removal).
                 self.nominator.publish_connection_states()
-
-    async def _publish_states(self) -> None:
-        while True:
-            if self.nominator is not None:
-                self.nominator.publish_connection_states()
-            await anyio.sleep(1.0)
 
 
 async def _open_manager_api(kubeconfig: Path | None, settings: Settings) -> KubeApi:

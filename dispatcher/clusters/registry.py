@@ -40,7 +40,13 @@ from dispatcher.k8s.resources import (
     SECRETS,
     WORKLOADS,
 )
-from dispatcher.k8s.watching import Backoff, BackoffPolicy, WatchItem, WatchSettings
+from dispatcher.k8s.watching import (
+    Backoff,
+    BackoffPolicy,
+    Disconnected,
+    WatchItem,
+    WatchSettings,
+)
 from dispatcher.kueue.eligibility import MULTIKUEUE_CONTROLLER
 
 log = logging.getLogger(__name__)
@@ -268,6 +274,7 @@ class ClusterRegistry:
                 )
                 self._notify(name)
                 continue
+            self._notify(name)  # a new worker starts as Connecting
             self._group.start_soon(self._supervise, worker, resolved)
 
     def _resolve(self, mkc: Mapping[str, Any]) -> tuple[str, ValidKubeconfig | KubeconfigError]:
@@ -286,8 +293,6 @@ class ClusterRegistry:
 
     def _notify(self, name: str) -> None:
         if self._on_change is not None:
-            from dispatcher.k8s.watching import Disconnected
-
             self._on_change(name, "connection", Disconnected("state changed", 0, 0.0))
 
     def _set_state(self, worker: Worker, phase: str, reason: str, message: str) -> None:

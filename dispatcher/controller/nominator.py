@@ -166,6 +166,7 @@ class Nominator:
         self._now = now or (lambda: datetime.datetime.now(datetime.UTC).timestamp())
         self._limiter = anyio.CapacityLimiter(max(1, self.config.workers))
         self._decision_lock = anyio.Lock()
+        self._published_states: set[str] = set()
         self._started: float | None = None
         self._tracer = tracer or trace.get_tracer(__name__)
 
@@ -591,7 +592,7 @@ class Nominator:
             self.metrics.set_in_flight(cluster, self.in_flight.count(cluster, now))
 
     def publish_connection_states(self) -> None:
-        """Export every worker's connection state as a metric."""
+        """Export every worker's connection state as a metric (called on every change)."""
         if self.metrics is None:
             return
         phases = {
@@ -600,10 +601,14 @@ class Nominator:
             "Disconnected": ConnectionState.DISCONNECTED,
             "Unusable": ConnectionState.UNUSABLE,
         }
-        for name, state in self.registry.states().items():
+        states = self.registry.states()
+        for name, state in states.items():
             self.metrics.set_connection_state(
                 name, phases.get(state.phase, ConnectionState.DISCONNECTED)
             )
+        for name in self._published_states - set(states):
+            self.metrics.forget_cluster(name)  # its MultiKueueCluster was deleted
+        self._published_states = set(states)
 
     async def _event(
         self, workload: Mapping[str, Any], reason: str, message: str, kind: str

@@ -18,12 +18,11 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import anyio
-import yaml
 
 from dispatcher.app.manager import Manager, run_manager
 from dispatcher.app.settings import load_settings
@@ -56,8 +55,6 @@ class Environment:
     topology: Topology
     manager_client: KubeClient
     dispatcher: Manager | None = None
-    dispatcher_task: anyio.CancelScope | None = None
-    settings_overrides: Mapping[str, Any] = field(default_factory=dict)
 
     async def submit(self, lines: Iterable[WorkloadLine]) -> list[Obj]:
         """Create Jobs or Workloads on the manager."""
@@ -191,9 +188,3 @@ async def start_dispatcher(
         await started.wait()
     assert env.dispatcher is not None
     return env.dispatcher
-
-
-def kubeconfig_text(path: Path) -> dict[str, Any]:
-    """Read a kubeconfig file (helper for tools and tests)."""
-    loaded: dict[str, Any] = yaml.safe_load(path.read_text())
-    return loaded

@@ -9,6 +9,7 @@ Requirement numbers (F…) in comments refer to ``docs/fake-apiserver-spec.md``.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import copy
 import datetime
@@ -943,8 +944,6 @@ class FakeCluster:
         if resource.key == ("", "secrets"):
             string_data = obj.pop("stringData", None) or {}
             data = dict(obj.get("data") or {})
-            import base64
-
             for key, value in data.items():
                 try:
                     base64.b64decode(value, validate=True)
