@@ -253,6 +253,8 @@ BAD_FAULT_ARGS: dict[str, tuple[dict[str, Any], str]] = {
     "count-string": ({"kind": "error", "count": "3"}, "'count' must be a number"),
     "code-bool": ({"kind": "error", "code": True}, "'code' must be a number"),
     "delay-none": ({"kind": "latency", "delay": None}, "'delay' must be a number"),
+    "probability-above-one": ({"kind": "error", "probability": 1.5}, "within \\[0, 1\\]"),
+    "probability-string": ({"kind": "error", "probability": "0.1"}, "'probability' must be"),
 }
 
 
@@ -317,6 +319,48 @@ def test_f54_jitter_is_bounded_and_deterministic_per_seed() -> None:
     assert first != delays(8)
     assert all(1.0 <= d <= 1.5 for d in first)
     assert len(set(first)) > 1
+
+
+def test_f53_f54_probability_fails_a_seeded_fraction_and_counts_only_those() -> None:
+    """F53/F54 extension: ``probability`` applies an error or a delay to that fraction of the
+    matching requests, drawn from the cluster's seeded source; spared requests do not count."""
+
+    def run(seed: int) -> tuple[list[int], int, int]:
+        faults = Faults(seed)
+        error = faults.error(503, verbs=("get",), probability=0.1, retry_after=1)
+        delay = faults.latency(0.5, verbs=("get",), probability=0.2)
+        codes = []
+        for _ in range(2000):
+            _, picked = faults.pick("get", "/api/v1/namespaces/default/secrets/a")
+            codes.append(picked.code if picked is not None else 200)
+        assert faults.pick("list", "/api/v1/namespaces") == (0.0, None)  # other verbs untouched
+        return codes, error.fired, delay.fired
+
+    codes, errors, delays = run(11)
+    assert run(11) == (codes, errors, delays)
+    assert run(12)[0] != codes
+    assert errors == codes.count(503)
+    assert 150 <= errors <= 250, errors  # 10% of 2,000, well within a seeded binomial's spread
+    assert 300 <= delays <= 500, delays
+
+
+async def test_f53_probability_fault_through_the_client(
+    cluster: FakeCluster, api: client.ApiClient
+) -> None:
+    """F53: a probabilistic fault answers a real request with its code, or lets it through."""
+    await _create(api, "a")
+    fault = cluster.faults.error(429, verbs=("get",), probability=0.5, retry_after=2)
+    codes = []
+    for _ in range(40):
+        try:
+            await _get(api, "a")
+        except ApiException as exc:
+            codes.append(exc.status)
+            assert exc.headers["Retry-After"] == "2"
+        else:
+            codes.append(200)
+    assert set(codes) == {200, 429}
+    assert codes.count(429) == fault.fired
 
 
 # --- F55: dropping watches ---------------------------------------------------------------------

@@ -19,6 +19,9 @@ class Fault:
     """One injected fault: an error (F53) or a delay (F54) for matching requests.
 
     ``count`` None means "until cleared". ``fired`` counts how often it was used (F58).
+    ``probability`` below 1 makes the fault apply to that fraction of matching requests only,
+    drawn from the cluster's seeded random source (an extension of F53/F54 for "10% of requests
+    fail" fault suites); a request it spares does not count as fired.
     """
 
     kind: str  # "error" or "latency"
@@ -30,6 +33,7 @@ class Fault:
     retry_after: int | None = None
     delay: float = 0.0
     jitter: float = 0.0
+    probability: float = 1.0
     fired: int = 0
     id: int = field(default_factory=lambda: next(_ids))
 
@@ -40,14 +44,16 @@ class Fault:
         if unknown:
             raise ValueError(f"unknown verbs {sorted(unknown)}; expected some of {VERBS}")
         # Admin bodies are JSON: refuse wrong types here rather than fail every request later.
-        for name in ("count", "code", "retry_after", "delay", "jitter"):
+        for name in ("count", "code", "retry_after", "delay", "jitter", "probability"):
             value = getattr(self, name)
-            numeric = (int, float) if name in ("delay", "jitter") else (int,)
+            numeric = (int, float) if name in ("delay", "jitter", "probability") else (int,)
             optional = name in ("count", "retry_after")
             if isinstance(value, bool) or not (
                 isinstance(value, numeric) or (optional and value is None)
             ):
                 raise ValueError(f"fault field {name!r} must be a number, not {value!r}")
+        if not 0.0 <= self.probability <= 1.0:
+            raise ValueError(f"fault probability must be within [0, 1], not {self.probability!r}")
         try:
             self._pattern = re.compile(self.path) if self.path else None
         except re.error as exc:
@@ -106,8 +112,9 @@ class Faults:
         count: int | None = None,
         message: str = "",
         retry_after: int | None = None,
+        probability: float = 1.0,
     ) -> Fault:
-        """Fail matching requests with ``code`` (F53)."""
+        """Fail matching requests with ``code`` (F53); ``probability`` < 1 fails that fraction."""
         return self.add(
             Fault(
                 "error",
@@ -117,6 +124,7 @@ class Faults:
                 code=code,
                 message=message,
                 retry_after=retry_after,
+                probability=probability,
             )
         )
 
@@ -128,10 +136,19 @@ class Faults:
         verbs: tuple[str, ...] = (),
         path: str = "",
         count: int | None = None,
+        probability: float = 1.0,
     ) -> Fault:
-        """Delay matching requests (F54)."""
+        """Delay matching requests (F54); ``probability`` < 1 delays that fraction."""
         return self.add(
-            Fault("latency", verbs=verbs, path=path, count=count, delay=delay, jitter=jitter)
+            Fault(
+                "latency",
+                verbs=verbs,
+                path=path,
+                count=count,
+                delay=delay,
+                jitter=jitter,
+                probability=probability,
+            )
         )
 
     def clear(self) -> list[Fault]:
@@ -157,11 +174,15 @@ class Faults:
         for fault in self._faults:
             if not fault.matches(verb, path):
                 continue
+            if fault.kind == "error" and error is not None:
+                continue  # an earlier error answers: do not draw or count this one
+            if fault.probability < 1.0 and self._random.random() >= fault.probability:
+                continue
             if fault.kind == "latency":
                 fault.fired += 1
                 jitter = self._random.uniform(0.0, fault.jitter) if fault.jitter else 0.0
                 delay += fault.delay + jitter
-            elif error is None:
+            else:
                 fault.fired += 1
                 error = fault
         return delay, error
