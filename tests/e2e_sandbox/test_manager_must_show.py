@@ -10,7 +10,11 @@ from typing import Any
 import anyio
 import pytest
 import yaml
-from e2e_helpers import (
+from e2e_helpers import documented_series, run_cli
+
+from dispatcher.sandbox.environment import environment
+from dispatcher.sandbox.fakeapi.faults import Fault
+from dispatcher.sandbox.testkit import (
     A100,
     H100,
     EventWatch,
@@ -21,19 +25,14 @@ from e2e_helpers import (
     cpu_jobs,
     decoded_kubeconfig,
     dispatcher_events,
-    documented_series,
     gpu_job,
     nominated,
     placed_all,
     replace_secret_data,
-    run_cli,
     scrape,
     start_replica,
     worker_secret,
 )
-
-from dispatcher.sandbox.environment import environment
-from dispatcher.sandbox.fakeapi.faults import Fault
 from dispatcher.sandbox.topology import default_topology
 
 pytestmark = pytest.mark.slow
