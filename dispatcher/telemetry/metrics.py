@@ -10,6 +10,7 @@ Gauges are observable: a removed cluster's series disappear with :meth:`Metrics.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -158,6 +159,14 @@ STUCK_WORKLOADS = Series(
     "cannot set status.clusterName while our field manager owns status.nominatedClusterNames "
     "(contract C43).",
 )
+EVENT_LOOP_TASKS = Series(
+    PREFIX + "event_loop_tasks",
+    "gauge",
+    "1",
+    (),
+    "asyncio tasks alive in the event loop that serves /metrics, counted at scrape time (0 when "
+    "scraped outside an event loop); flat over time when no task leaks (docs/soak.md).",
+)
 
 SERIES: tuple[Series, ...] = (
     NOMINATIONS,
@@ -169,6 +178,7 @@ SERIES: tuple[Series, ...] = (
     QUEUE_DEPTH,
     PLUGIN_INFO,
     STUCK_WORKLOADS,
+    EVENT_LOOP_TASKS,
 )
 """Every series the facade registers."""
 
@@ -229,6 +239,7 @@ class Metrics:
             (CONNECTION_STATE, self._observe_connection),
             (QUEUE_DEPTH, self._observe_queue_depth),
             (PLUGIN_INFO, self._observe_plugins),
+            (EVENT_LOOP_TASKS, self._observe_event_loop_tasks),
         ):
             meter.create_observable_gauge(
                 series.instrument,
@@ -357,6 +368,15 @@ class Metrics:
             )
             for plugin, dist, ver in sorted(self._plugins)
         ]
+
+    def _observe_event_loop_tasks(self, options: CallbackOptions) -> Iterable[Observation]:
+        # The exporter runs the callbacks in the scraping thread: the /metrics handler runs in
+        # the event loop, so the running loop is the process's loop.
+        try:
+            tasks = len(asyncio.all_tasks(asyncio.get_running_loop()))
+        except RuntimeError:
+            tasks = 0
+        return [Observation(tasks, {"replica_role": self._role})]
 
     def shutdown(self) -> None:
         """Shut the meter provider down (the registry keeps its last rendering out)."""
