@@ -79,6 +79,29 @@ class Rejection:
 # component (the Kueue emulation) never had a write rejected except where a test expects it.
 REJECTIONS: list[Rejection] = []
 
+
+@dataclass(frozen=True)
+class IssuedCredential:
+    """A credential the sandbox minted: a cluster's bearer token (``token``, also the admin
+    endpoint's), the shared CA's private key (``ca-key``) or a serving key (``serving-key``)."""
+
+    kind: str
+    cluster: str
+    value: str
+
+
+# Every credential the fake clusters of this process issued, in order, each once, so that a
+# test session can prove none of them ever reached a log line (issue 8, security).
+ISSUED_CREDENTIALS: list[IssuedCredential] = []
+_ISSUED_VALUES: set[str] = set()
+
+
+def _register_credential(kind: str, cluster: str, value: str) -> None:
+    if value not in _ISSUED_VALUES:
+        _ISSUED_VALUES.add(value)
+        ISSUED_CREDENTIALS.append(IssuedCredential(kind, cluster, value))
+
+
 VERB = web.RequestKey("verb", str)
 
 Obj = dict[str, Any]
@@ -237,6 +260,10 @@ class FakeCluster:
             issue_serving_certificate(process_ca(), self.extra_hosts) if tls else None
         )
         self._ssl = self._serving_cert.server_context() if self._serving_cert else None
+        _register_credential("token", name, self.token)
+        if self._serving_cert is not None:
+            _register_credential("ca-key", "(process CA)", process_ca().key_pem.decode())
+            _register_credential("serving-key", name, self._serving_cert.key_pem.decode())
         self._up = False
         for spec in resources:
             self.registry.add(parse_short_form(spec) if isinstance(spec, str) else spec)
