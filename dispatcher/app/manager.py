@@ -67,7 +67,12 @@ def controller_config(settings: Settings) -> ControllerConfig:
 def build_decide(
     settings: Settings, host: PluginHost
 ) -> Callable[[DispatchRequest, Sequence[ClusterSnapshot]], Decision]:
-    """The pipeline the settings name, bound to the plugin host (errors name the algorithm)."""
+    """The pipeline the settings name, bound to the plugin host (errors name the algorithm).
+
+    A plugin that hangs costs one decision timeout, not one per decision: the host skips it
+    while its call from an abandoned decision runs on (decisions are serialised, so a call
+    older than half the deadline is one), and calls it again every ten deadlines.
+    """
     options: dict[str, Any] = {
         name: dict(opts) for name, opts in settings.algorithm_options.items()
     }
@@ -77,6 +82,8 @@ def build_decide(
             "patience_seconds", settings.patience_seconds
         )
     pipeline = host.pipeline(settings.algorithms, options, plugin_weights=settings.plugin_weights)
+    timeout = settings.decision_timeout_seconds
+    host.guard_hung_calls(hung_after=timeout / 2, retry_after=timeout * 10)
 
     def decide(request: DispatchRequest, snapshots: Sequence[ClusterSnapshot]) -> Decision:
         return host.decide(pipeline, request, snapshots)

@@ -10,12 +10,22 @@ then ``check_pending()`` so a misspelt hook name fails at start. Environment swi
 
 * ``DISPATCHER_DISABLE_PLUGIN_AUTOLOAD=1``: do not load entry points at all;
 * ``DISPATCHER_DISABLED_PLUGINS=a,b``: block the plugins with these entry-point names.
+
+Hung plugins: hooks run in a decision thread that the caller abandons after its deadline (the
+nomination loop's ``decision_timeout_seconds``); Python cannot stop the thread. With
+:meth:`PluginHost.guard_hung_calls`, a plugin whose latest call is still running after
+``hung_after`` seconds is skipped like a raising one (:class:`PluginHungError` in
+``Decision.errors``) instead of hanging every later decision too; every ``retry_after`` seconds
+one decision calls it again, and a call that returns closes the guard.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
+import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +57,7 @@ __all__ = [
     "ENV_DISABLE_AUTOLOAD",
     "PluginError",
     "PluginHost",
+    "PluginHungError",
     "PluginInfo",
     "RegisteredAlgorithm",
     "UnknownAlgorithmError",
@@ -71,6 +82,51 @@ class PluginError(Exception):
 
 class UnknownAlgorithmError(PluginError):
     """Settings name an algorithm no loaded plugin provides."""
+
+
+class PluginHungError(PluginError):
+    """A plugin's stage was skipped: an earlier call of the plugin has not returned."""
+
+
+class _CallGuard:
+    """The latest call of each plugin's hooks while it runs, to skip a plugin that hangs.
+
+    Thread-safe: hooks run in decision threads, and an abandoned (timed-out) one keeps running.
+    Off (``hung_after`` None) until :meth:`PluginHost.guard_hung_calls` is called.
+    """
+
+    def __init__(self) -> None:
+        self.hung_after: float | None = None
+        self.retry_after: float = 0.0
+        self.clock: Callable[[], float] = time.monotonic
+        self._lock = threading.Lock()
+        self._latest: dict[str, tuple[int, float]] = {}
+        self._tokens = itertools.count()
+
+    def call(self, impl: pluggy.HookImpl, **kwargs: Any) -> Any:
+        """Call ``impl`` unless its plugin hangs (then raise :class:`PluginHungError`)."""
+        if self.hung_after is None:
+            return _call(impl, **kwargs)
+        plugin = impl.plugin_name
+        token = next(self._tokens)
+        now = self.clock()
+        with self._lock:
+            latest = self._latest.get(plugin)
+            if latest is not None:
+                age = now - latest[1]
+                if self.hung_after <= age < self.retry_after:
+                    raise PluginHungError(
+                        f"plugin {plugin!r} has had a call running for {age:.1f}s (hung); "
+                        f"skipped, tried again {self.retry_after - age:.0f}s from now"
+                    )
+            # Free, running only briefly (a concurrent call), or due for a retry.
+            self._latest[plugin] = (token, now)
+        try:
+            return _call(impl, **kwargs)
+        finally:
+            with self._lock:
+                if self._latest.get(plugin, (None, 0.0))[0] == token:
+                    del self._latest[plugin]
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,11 +158,12 @@ def _call(impl: pluggy.HookImpl, **kwargs: Any) -> Any:
 class _HookFilter:
     impl: pluggy.HookImpl
     name: str
+    guard: _CallGuard
 
     def filter(
         self, request: DispatchRequest, cluster: ClusterSnapshot, ctx: StageContext
     ) -> str | None:
-        result = _call(self.impl, request=request, cluster=cluster, ctx=ctx)
+        result = self.guard.call(self.impl, request=request, cluster=cluster, ctx=ctx)
         if result is None or isinstance(result, str):
             return result
         raise TypeError(f"mkd_filter_cluster returned {type(result).__name__}, not str or None")
@@ -116,13 +173,16 @@ class _HookFilter:
 class _HookRestrict:
     impl: pluggy.HookImpl
     name: str
+    guard: _CallGuard
 
     def filter(
         self, request: DispatchRequest, cluster: ClusterSnapshot, ctx: StageContext
     ) -> str | None:
         key = f"restrict:{self.name}"
         if key not in ctx.memo:
-            result = _call(self.impl, request=request, clusters=tuple(ctx.snapshots.values()))
+            result = self.guard.call(
+                self.impl, request=request, clusters=tuple(ctx.snapshots.values())
+            )
             if result is not None:
                 if isinstance(result, str):
                     raise TypeError("mkd_restrict_clusters returned a str, not a collection")
@@ -141,11 +201,12 @@ class _HookRestrict:
 class _HookScorer:
     impl: pluggy.HookImpl
     name: str
+    guard: _CallGuard
     weight: float = 1.0
     tier: int = TIER_PREFERENCE
 
     def score(self, request: DispatchRequest, cluster: ClusterSnapshot, ctx: StageContext) -> float:
-        result = _call(self.impl, request=request, cluster=cluster, ctx=ctx)
+        result = self.guard.call(self.impl, request=request, cluster=cluster, ctx=ctx)
         if result is None:
             return 0.0
         if isinstance(result, bool) or not isinstance(result, int | float):
@@ -162,6 +223,17 @@ class PluginHost:
         self.manager.add_hookspecs(spec)
         self.load_errors: list[StageError] = []
         """Plugins whose algorithm registration failed (they are skipped)."""
+        self._guard = _CallGuard()
+
+    def guard_hung_calls(self, hung_after: float, retry_after: float) -> None:
+        """Skip a plugin whose latest call has been running for ``hung_after`` seconds (it
+        hangs: the decision that made it was abandoned) until it returns; every
+        ``retry_after`` seconds one call goes through again. Set it below the caller's decision
+        deadline, so the decision after an abandoned one already skips the plugin."""
+        if not 0 < hung_after < retry_after:
+            raise ValueError(f"need 0 < hung_after < retry_after, got {hung_after}, {retry_after}")
+        self._guard.hung_after = hung_after
+        self._guard.retry_after = retry_after
 
     @classmethod
     def load(
@@ -296,13 +368,18 @@ class PluginHost:
         weights = plugin_weights or {}
         filters: list[tuple[Filter, str]] = list(base.filters)
         for impl in self._impls("mkd_restrict_clusters"):
-            filters.append((_HookRestrict(impl, f"{impl.plugin_name}:restrict"), impl.plugin_name))
+            restrict = _HookRestrict(impl, f"{impl.plugin_name}:restrict", self._guard)
+            filters.append((restrict, impl.plugin_name))
         for impl in self._impls("mkd_filter_cluster"):
-            filters.append((_HookFilter(impl, f"{impl.plugin_name}:filter"), impl.plugin_name))
+            hook_filter = _HookFilter(impl, f"{impl.plugin_name}:filter", self._guard)
+            filters.append((hook_filter, impl.plugin_name))
         scorers: list[tuple[Scorer, str]] = list(base.scorers)
         for impl in self._impls("mkd_score_cluster"):
             scorer = _HookScorer(
-                impl, f"{impl.plugin_name}:score", weight=weights.get(impl.plugin_name, 1.0)
+                impl,
+                f"{impl.plugin_name}:score",
+                self._guard,
+                weight=weights.get(impl.plugin_name, 1.0),
             )
             scorers.append((scorer, impl.plugin_name))
         return dataclasses.replace(base, filters=tuple(filters), scorers=tuple(scorers))
@@ -325,7 +402,7 @@ class PluginHost:
         errors = []
         for impl in self._impls("mkd_on_decision"):
             try:
-                _call(impl, request=request, decision=decision)
+                self._guard.call(impl, request=request, decision=decision)
             except Exception as exc:
                 errors.append(StageError("mkd_on_decision", impl.plugin_name, f"{exc}"))
         return errors

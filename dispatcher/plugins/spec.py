@@ -8,7 +8,9 @@ the signature below; a test keeps the two in step.
 Hooks that take part in a decision (:func:`mkd_filter_cluster`, :func:`mkd_score_cluster`,
 :func:`mkd_restrict_clusters`) become pipeline stages of **every** algorithm, one stage per
 implementing plugin; a plugin whose stage raises, or returns something invalid, is skipped for
-that decision and the error is recorded in ``Decision.errors``.
+that decision and the error is recorded in ``Decision.errors``. A plugin whose call hangs
+past the decision timeout is skipped the same way while that call runs on (retried every ten
+timeouts).
 """
 
 from __future__ import annotations
