@@ -94,6 +94,7 @@ async def scenario(
 ) -> Scenario:
     result = Scenario()
     wrong_token = secrets.token_urlsafe(32)
+    level = logging.getLogger().level
     with token_scan.collect() as lines:
         async with (
             environment(
@@ -163,6 +164,8 @@ async def scenario(
             )
             result.capture_attached = token_scan in root.handlers
             group.cancel_scope.cancel()
+    # The run set the root level to debug: the rest of the session logs as before.
+    logging.getLogger().setLevel(level)
     result.lines = list(lines)
     return result
 
