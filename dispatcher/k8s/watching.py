@@ -13,7 +13,12 @@ stream (it never yields from inside a cancel scope):
    error: watch again from the last resourceVersion seen (events and bookmarks). On 410 (an
    ``ERROR`` event or the HTTP status): go back to 1 (re-list).
 4. Failures send a :class:`Disconnected` event and wait with exponential backoff (per stream,
-   reset by the next successful list or event) on an injectable clock.
+   reset by the next successful list or event) on an injectable clock. A stream that stayed
+   open at least ``healthy_stream`` seconds and then ended or was cut is routine (a proxy or
+   the server closing it; client-go's reflector draws the same line at 1 s): it resets the
+   backoff and is watched again at once, without a :class:`Disconnected`; only a re-watch that
+   fails too reports one. So a server that sends no bookmarks does not make quiet streams wait
+   ever longer, and one cut stream does not mark the cluster disconnected.
 
 :class:`ObjectCache` applies these events to a dict of objects, as the mirrors do.
 """
@@ -130,7 +135,8 @@ class WatchSettings:
     ``server_timeout`` is the watch's ``timeoutSeconds``; the client gives up on a stream after
     ``server_timeout + client_margin``; ``inactivity_timeout`` (None: off) ends a stream that
     sent nothing (not even a bookmark) for that long; ``connect_timeout`` bounds connecting;
-    ``list_timeout`` bounds one LIST page.
+    ``list_timeout`` bounds one LIST page; a stream open at least ``healthy_stream`` seconds
+    ended normally even when it was cut (no backoff, no :class:`Disconnected`).
     """
 
     server_timeout: int = 300
@@ -139,6 +145,7 @@ class WatchSettings:
     connect_timeout: float = 10.0
     list_timeout: float = 60.0
     page_size: int = 500
+    healthy_stream: float = 1.0
     backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
 
 
@@ -152,6 +159,11 @@ class _WatchState:
         self.events = 0  # object events of the current stream
         self.lines = 0  # lines of any kind (bookmarks too) of the current stream
         self.quiet = False  # the current stream ended on the inactivity deadline
+        self.opened_at: float | None = None  # when the current stream was opened
+
+    def lasted(self, clock: Clock, at_least: float) -> bool:
+        """The current stream was open for ``at_least`` seconds."""
+        return self.opened_at is not None and clock.monotonic() - self.opened_at >= at_least
 
 
 async def list_watch(
@@ -193,8 +205,9 @@ async def list_watch(
                     started = True
                 state = _WatchState(resource_version)
                 while True:
+                    state.opened_at = None
                     try:
-                        await _watch_once(api, path, selectors, settings, state, send)
+                        await _watch_once(api, path, selectors, settings, state, send, clock)
                     except _Expired:
                         log.info(
                             "watch %s: resourceVersion %s expired, re-listing",
@@ -203,12 +216,18 @@ async def list_watch(
                         )
                         break
                     except ApiError as error:
-                        if state.events:
+                        healthy = state.lasted(clock, settings.healthy_stream)
+                        if state.events or healthy:
                             backoff.reset()
                         state.events = 0
+                        if healthy:
+                            log.info("watch %s: stream cut (%s), watching again", path, error)
+                            continue
                         await _failed(send, error, backoff, clock, "watch", path)
                         continue
-                    if state.lines == 0 and not state.quiet:
+                    if state.lasted(clock, settings.healthy_stream):
+                        backoff.reset()  # a routine end, bookmarks or not
+                    elif state.lines == 0 and not state.quiet:
                         # The server closed an empty stream at once: do not spin on it.
                         await clock.sleep(backoff.next_delay())
                     elif state.events:
@@ -277,6 +296,7 @@ async def _watch_once(
     settings: WatchSettings,
     state: _WatchState,
     send: MemoryObjectSendStream[WatchItem],
+    clock: Clock,
 ) -> None:
     """One watch request; returns when the stream ends cleanly or goes quiet."""
     query = [
@@ -299,6 +319,7 @@ async def _watch_once(
     inactivity = settings.inactivity_timeout
     state.lines = 0
     state.quiet = False
+    state.opened_at = clock.monotonic()
     try:
         await send.send(Watching(state.resource_version))
         buffer = bytearray()
