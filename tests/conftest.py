@@ -209,27 +209,32 @@ class TokenScan(logging.Handler):
             self.index.add(f"{issued.kind} of {issued.cluster}", issued.value)
             self.registered += 1
 
-    def lines(self, record: logging.LogRecord) -> tuple[str, str]:
-        """``record`` as the production JSON handler writes it, and without redaction (copies:
-        the record itself is left for the other handlers as it was)."""
-        raw = self.json.format(copy.copy(record))
+    def written(self, record: logging.LogRecord) -> str:
+        """``record`` as the production JSON handler writes it (on a copy: the record itself is
+        left for the other handlers as it was)."""
         redacted = copy.copy(record)
         self.redaction.filter(redacted)
-        return self.json.format(redacted), raw
+        return self.json.format(redacted)
 
     def emit(self, record: logging.LogRecord) -> None:
+        # Redaction only removes text, so a credential in the written line is in the unredacted
+        # one too: scan that first, and format the written line only when it is needed.
         try:
             self._refresh()
-            written, raw = self.lines(record)
+            raw = self.json.format(copy.copy(record))
             self.records += 1
             self.by_logger[record.name] = self.by_logger.get(record.name, 0) + 1
+            found, _ = self.index.find(raw)
+            written = self.written(record) if found or self.sinks else ""
             for sink in self.sinks:
                 sink.append((record.name, written))
-            for text, redacted, out in ((written, True, self.leaks), (raw, False, self.raw_only)):
-                found, masked = self.index.find(text)
-                out.extend(Leak(c, record.name, masked[:500], redacted) for c in sorted(found))
-                if found:
-                    break  # a written leak need not be counted again before redaction
+            if found:
+                leaked, masked = self.index.find(written)
+                self.leaks.extend(Leak(c, record.name, masked[:500], True) for c in sorted(leaked))
+                masked = self.index.find(raw)[1]
+                self.raw_only.extend(
+                    Leak(c, record.name, masked[:500], False) for c in sorted(found - leaked)
+                )
         except Exception as error:  # never break the logging of the code under test
             self.errors.append(f"{type(error).__name__}: {error}")
 
