@@ -45,10 +45,10 @@ from dispatcher.sandbox.topology import default_topology
 
 pytestmark = pytest.mark.faults
 
-# The sandbox admits about 1-2 workloads a second on a loaded 2-CPU machine: a burst of 30 keeps
-# each test well under a minute. The burst is submitted while the dispatcher runs, so the kill
-# lands in the middle of it.
-BURST = 30
+# The sandbox's emulated Kueue admits about 1-2 workloads a second on a loaded 2-CPU machine: a
+# burst of 24 keeps each test under a minute. The burst is submitted while the dispatcher runs,
+# so the kill lands in the middle of it.
+BURST = 24
 KILL_AFTER_WRITES = 5
 
 
@@ -90,7 +90,7 @@ async def _assert_each_admitted_once(env: Any, final: dict[str, Any], writes_of:
 async def test_kill9_mid_burst_then_restart_dispatches_each_workload_once(
     tmp_path: Path, crds_dir: Path, figures: Any
 ) -> None:
-    """kill -9 of the dispatcher process mid-burst (30 CPU jobs), then a new process: every
+    """kill -9 of the dispatcher process mid-burst (24 CPU jobs), then a new process: every
     workload ends admitted exactly once (one copy across the workers), no nomination we wrote
     contradicts where it was admitted, duplicates 0. Figures: restart -> /readyz, restart ->
     all dispatched (nominated or admitted), restart -> all admitted."""
