@@ -38,21 +38,25 @@ class MirrorChanges:
 
     def __init__(self, registry: ClusterRegistry) -> None:
         self.seen = 0
-        self._event = anyio.Event()
+        self._armed: list[anyio.Event] = []
         inner = registry._on_change
 
         def chained(cluster: str, resource: str, item: Any) -> None:
             if inner is not None:
                 inner(cluster, resource, item)
             self.seen += 1
-            self._event.set()
+            armed, self._armed = self._armed, []
+            for event in armed:
+                event.set()
 
         registry._on_change = chained
 
     def arm(self) -> anyio.Event:
-        """An event set by the next mirror change (arm it before looking at the state)."""
-        self._event = anyio.Event()
-        return self._event
+        """An event set by the next mirror change (arm it before looking at the state); several
+        waiters may each hold one."""
+        event = anyio.Event()
+        self._armed.append(event)
+        return event
 
 
 # --- mirrors against fresh lists ----------------------------------------------------------------
@@ -254,3 +258,33 @@ class NominationTimes:
         with anyio.fail_after(within):
             while not predicate():
                 await self._changed.wait()
+
+
+@dataclass
+class ReservationTimes:
+    """A validating hook on the manager recording when Kueue reserved quota for each Workload
+    (its status write turning ``QuotaReserved`` True), by Job name: the moment the Workload
+    starts waiting for the dispatcher's nomination."""
+
+    first: dict[str, float] = field(default_factory=dict)
+
+    def install(self, cluster: FakeCluster) -> None:
+        """Add the hook to ``cluster`` (after Kueue's own hooks)."""
+        cluster.admission.add_validating(
+            ValidatingHook(
+                "test-reservation-times",
+                Match(resources=("workloads/status",), operations=("UPDATE",)),
+                self._record,
+            )
+        )
+
+    def _record(self, request: AdmissionRequest) -> None:
+        new = request.object or {}
+        if not _reserved(new) or _reserved(request.old_object or {}):
+            return
+        self.first.setdefault(job_name(new), anyio.current_time())
+
+
+def _reserved(workload: Obj) -> bool:
+    conditions = (workload.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "QuotaReserved" and c.get("status") == "True" for c in conditions)
