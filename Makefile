@@ -13,7 +13,7 @@ export KUEUE_CRDS_DIR
 
 $(STAMP): pyproject.toml $(PLUGIN_DIRS)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet --upgrade pip setuptools
 	$(BIN)/python -m pip install --quiet -e '.[sandbox,sim,test]' $(foreach p,$(PLUGIN_DIRS),-e $(dir $(p)))
 	touch $(STAMP)
 
@@ -36,9 +36,10 @@ imports: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-## Known vulnerabilities in the installed dependencies (pip-audit, needs the vulnerability
-## service; editable installs, i.e. this project and plugins/*, are skipped). Fails on any known
-## vulnerability; AUDIT_STRICT=1 also fails on dependencies the service could not answer for.
+## Known vulnerabilities in the installed dependencies (pip-audit, with a fallback to the package
+## index's advisories of the latest release when pip-audit's service cannot answer; editable
+## installs, i.e. this project and plugins/*, are skipped). Fails on any known vulnerability;
+## AUDIT_STRICT=1 also fails on dependencies nobody could answer for (see .ci/audit.py).
 audit: $(STAMP)
 	$(BIN)/python .ci/audit.py $(AUDIT_ARGS)
 
