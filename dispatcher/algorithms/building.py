@@ -16,6 +16,7 @@ from dispatcher.kueue.gputypes import (
 )
 from dispatcher.kueue.objects import (
     ClusterQueueView,
+    InvalidField,
     LocalQueueView,
     ResourceFlavorView,
     WorkloadView,
@@ -35,8 +36,14 @@ def request_from_workload(
     label_key: str = DEFAULT_GPU_LABEL,
     resource_pattern: str = DEFAULT_GPU_RESOURCE_PATTERN,
 ) -> DispatchRequest:
-    """A :class:`DispatchRequest` for a manager Workload at time ``now``."""
+    """A :class:`DispatchRequest` for a manager Workload at time ``now``.
+
+    A raw Workload that cannot be dispatched (a field Kueue's CRD schema would refuse, or no
+    pod set) raises :class:`~dispatcher.kueue.objects.InvalidField` naming the field.
+    """
     view = workload if isinstance(workload, WorkloadView) else parse_workload(workload)
+    if not view.pod_sets and not isinstance(workload, WorkloadView):
+        raise InvalidField("spec.podSets", "no pod sets (Kueue's Workload CRD requires 1 to 18)")
     preferred = parse_preferred_gpu_types(view.annotations)
     if not preferred and not isinstance(workload, WorkloadView):
         # A Job's annotations do not reach its Workload, but its pod template does: accept the

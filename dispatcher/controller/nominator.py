@@ -41,6 +41,7 @@ from dispatcher.k8s.resources import EVENTS, KUEUE_GROUP, KUEUE_VERSION
 from dispatcher.k8s.watching import Listed, ObjectEvent, WatchItem
 from dispatcher.kueue.eligibility import eligibility
 from dispatcher.kueue.gputypes import DEFAULT_GPU_LABEL, DEFAULT_GPU_RESOURCE_PATTERN
+from dispatcher.kueue.objects import InvalidField
 from dispatcher.telemetry.metrics import ConnectionState, Metrics
 from dispatcher.telemetry.tracing import ATTR_NAMESPACE, ATTR_WORKLOAD, SPAN_RECONCILE
 
@@ -219,6 +220,11 @@ class Nominator:
             try:
                 await self.reconcile(key)
                 self.queue.forget(key)
+            except InvalidField as error:
+                # A Workload the CRD schema would have refused: reported, not retried (any
+                # change of it queues it again).
+                self.queue.forget(key)
+                await self._report_invalid(key, error)
             except ApiError as error:
                 delay = self.queue.add_rate_limited(key)
                 log.warning(
@@ -230,10 +236,31 @@ class Nominator:
                 )
                 if self.metrics is not None:
                     self.metrics.error("api")
+            except Exception:
+                # A bug or an object nobody foresaw costs this key a backoff, never the loop.
+                delay = self.queue.add_rate_limited(key)
+                log.exception(
+                    "reconcile %s failed unexpectedly; retrying in %.2fs",
+                    key,
+                    delay,
+                    extra={"workload": key},
+                )
             finally:
                 self.queue.done(key)
                 if self.metrics is not None:
                     self.metrics.set_queue_depth(len(self.queue))
+
+    async def _report_invalid(self, key: str, error: InvalidField) -> None:
+        """Log and record a Warning Event once per problem for a Workload that cannot be read."""
+        namespace, _, name = key.partition("/")
+        workload = self.registry.manager.cache("workloads").get(name, namespace)
+        record = self.records.setdefault(key, Record())
+        message = f"cannot dispatch: {error}"
+        if workload is None or record.event_message == message:
+            return
+        record.event_message = message
+        log.warning("workload %s: %s", key, message, extra={"workload": key})
+        await self._event(workload, "InvalidWorkload", message, "Warning")
 
     # --- one workload --------------------------------------------------------------------------
 

@@ -9,18 +9,25 @@ v1beta2 CRDs (``spec.podSets[].template``, ``spec.resourceGroups[].flavors[].res
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-from dispatcher.kueue.quantities import add_requests, parse_quantity, scale_requests
+from dispatcher.kueue.quantities import (
+    QuantityError,
+    add_requests,
+    parse_quantity,
+    scale_requests,
+)
 
 __all__ = [
     "ClusterQueueView",
     "Condition",
     "FlavorQuotas",
     "FlavorResource",
+    "InvalidField",
     "LocalQueueView",
     "NodeSelectorRequirement",
     "PodSetView",
@@ -45,6 +52,24 @@ FlavorResource = tuple[str, str]
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 _K = TypeVar("_K")
 _V = TypeVar("_V")
+
+
+class InvalidField(ValueError):
+    """A field of an object that cannot be read (a value Kueue's CRD schema would refuse).
+
+    ``field`` is the path of the field within the object, as the API server names it in a 422
+    answer (``spec.podSets[0].template.spec.containers[0].resources.requests.cpu``); ``str()``
+    is ``"<field>: <problem>"``.
+    """
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+        self.problem = problem
+
+    def under(self, parent: str) -> InvalidField:
+        """The same problem, its path prefixed with ``parent``."""
+        return InvalidField(f"{parent}.{self.field}", self.problem)
 
 
 def frozen_map(items: Mapping[_K, _V] | None = None) -> Mapping[_K, _V]:
@@ -131,34 +156,46 @@ def _parse_toleration(raw: Mapping[str, Any]) -> Toleration:
     )
 
 
+def _quantity(value: Any, where: str) -> int:
+    try:
+        return parse_quantity(value)
+    except (QuantityError, TypeError, ValueError) as error:
+        problem = str(error) if isinstance(error, QuantityError) else f"not a quantity: {value!r}"
+        raise InvalidField(where, problem) from None
+
+
 def pod_requests(pod_spec: Mapping[str, Any]) -> dict[str, int]:
     """Effective per-pod requests in milli-units, as the scheduler and Kueue count them.
 
     Sum of the app containers (plus restartable init containers, i.e. sidecars), at least the
     largest regular init container, plus ``overhead``. A container's ``limits`` stand in for
-    missing ``requests`` (Kubernetes defaults requests to limits).
+    missing ``requests`` (Kubernetes defaults requests to limits). A value that is not a
+    quantity raises :class:`InvalidField` with its path in the pod spec
+    (``containers[0].resources.requests.cpu``).
     """
 
-    def container_requests(container: Mapping[str, Any]) -> dict[str, int]:
+    def container_requests(where: str, container: Mapping[str, Any]) -> dict[str, int]:
         resources = _dict(container.get("resources"))
-        merged = dict(_dict(resources.get("limits")))
-        merged.update(_dict(resources.get("requests")))
-        return {str(name): parse_quantity(amount) for name, amount in merged.items()}
+        found: dict[str, int] = {}
+        for part in ("limits", "requests"):  # requests win over limits
+            for name, amount in _dict(resources.get(part)).items():
+                found[str(name)] = _quantity(amount, f"{where}.resources.{part}.{name}")
+        return found
 
-    sidecars = [
-        c for c in _list(pod_spec.get("initContainers")) if c.get("restartPolicy") == "Always"
-    ]
-    regular_init = [
-        c for c in _list(pod_spec.get("initContainers")) if c.get("restartPolicy") != "Always"
-    ]
+    containers = list(enumerate(_list(pod_spec.get("containers"))))
+    init = list(enumerate(_list(pod_spec.get("initContainers"))))
+    sidecars = [(i, c) for i, c in init if _dict(c).get("restartPolicy") == "Always"]
+    regular_init = [(i, c) for i, c in init if _dict(c).get("restartPolicy") != "Always"]
     total = add_requests(
-        *(container_requests(c) for c in _list(pod_spec.get("containers"))),
-        *(container_requests(c) for c in sidecars),
+        *(container_requests(f"containers[{i}]", _dict(c)) for i, c in containers),
+        *(container_requests(f"initContainers[{i}]", _dict(c)) for i, c in sidecars),
     )
-    for container in regular_init:
-        for name, amount in container_requests(container).items():
+    for i, c in regular_init:
+        for name, amount in container_requests(f"initContainers[{i}]", _dict(c)).items():
             total[name] = max(total.get(name, 0), amount)
-    overhead = {str(k): parse_quantity(v) for k, v in _dict(pod_spec.get("overhead")).items()}
+    overhead = {
+        str(k): _quantity(v, f"overhead.{k}") for k, v in _dict(pod_spec.get("overhead")).items()
+    }
     return add_requests(total, overhead)
 
 
@@ -184,11 +221,33 @@ class PodSetView:
         return scale_requests(self.requests, self.count)
 
 
+def _integer(value: Any, where: str, *, minimum: int | None = None) -> int:
+    """An integer field (JSON number or digit string), else :class:`InvalidField`."""
+    number: int | None = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            number = int(value)
+    if number is None:
+        raise InvalidField(where, f"not an integer: {value!r}")
+    if minimum is not None and number < minimum:
+        raise InvalidField(where, f"must be {minimum} or more, not {number}")
+    return number
+
+
 def parse_pod_set(raw: Mapping[str, Any]) -> PodSetView:
-    """Build a :class:`PodSetView` from one ``spec.podSets[]`` item of a Workload."""
+    """Build a :class:`PodSetView` from one ``spec.podSets[]`` item of a Workload.
+
+    A field that cannot be read raises :class:`InvalidField` with its path in the pod set
+    (``template.spec.containers[0].resources.requests.cpu``, ``count``).
+    """
     template = _dict(raw.get("template"))
     spec = _dict(template.get("spec"))
-    requests = pod_requests(spec)
+    try:
+        requests = pod_requests(spec)
+    except InvalidField as error:
+        raise error.under("template.spec") from None
     affinity = _dict(_dict(spec.get("affinity")).get("nodeAffinity"))
     required = _dict(affinity.get("requiredDuringSchedulingIgnoredDuringExecution"))
     terms: list[tuple[NodeSelectorRequirement, ...]] = []
@@ -206,7 +265,7 @@ def parse_pod_set(raw: Mapping[str, Any]) -> PodSetView:
     min_count = raw.get("minCount")
     return PodSetView(
         name=str(raw.get("name", "main")),
-        count=int(raw.get("count", 1)),
+        count=_integer(raw.get("count", 1), "count", minimum=0),
         requests=frozen_map(requests),
         min_count=int(min_count) if isinstance(min_count, int) else None,
         node_selector=_str_map(spec.get("nodeSelector")),
@@ -268,17 +327,28 @@ class WorkloadView:
 
 
 def parse_workload(raw: Mapping[str, Any]) -> WorkloadView:
-    """Build a :class:`WorkloadView` from a raw Workload dict."""
+    """Build a :class:`WorkloadView` from a raw Workload dict.
+
+    A field that cannot be read raises :class:`InvalidField` with its path in the Workload
+    (``spec.podSets[0].template.spec.containers[0].resources.requests.cpu``).
+    """
     meta = _dict(raw.get("metadata"))
     spec = _dict(raw.get("spec"))
     status = _dict(raw.get("status"))
     cluster_name = status.get("clusterName")
+    pod_sets = []
+    for index, item in enumerate(_list(spec.get("podSets"))):
+        try:
+            pod_sets.append(parse_pod_set(_dict(item)))
+        except InvalidField as error:
+            raise error.under(f"spec.podSets[{index}]") from None
+    priority = _integer(spec.get("priority") or 0, "spec.priority")
     return WorkloadView(
         namespace=str(meta.get("namespace", "")),
         name=str(meta.get("name", "")),
         queue_name=str(spec.get("queueName", "")),
-        priority=int(spec.get("priority") or 0),
-        pod_sets=tuple(parse_pod_set(ps) for ps in _list(spec.get("podSets"))),
+        priority=priority,
+        pod_sets=tuple(pod_sets),
         labels=_str_map(meta.get("labels")),
         annotations=_str_map(meta.get("annotations")),
         creation_timestamp=str(meta.get("creationTimestamp", "")),
