@@ -223,13 +223,19 @@ def run_command(args: argparse.Namespace) -> int:
 
     import anyio
 
-    from dispatcher.app.manager import run_manager
+    from dispatcher.app.manager import build_decide, run_manager
     from dispatcher.app.settings import ConfigError
+    from dispatcher.plugins import PluginError, PluginHost
 
     try:
         settings = _load_settings(args)
     except ConfigError as error:
         print(error, file=sys.stderr)
+        return 2
+    try:
+        build_decide(settings, PluginHost.load())  # as check-config: on stderr, before logging
+    except (PluginError, ValueError) as error:
+        print(f"algorithms: {error}", file=sys.stderr)
         return 2
     kubeconfig = Path(args.kubeconfig) if args.kubeconfig else None
     code: int = anyio.run(

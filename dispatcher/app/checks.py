@@ -20,16 +20,17 @@ import anyio
 from dispatcher.algorithms.explain import describe_decision
 from dispatcher.app.manager import build_decide, controller_config
 from dispatcher.app.settings import ConfigError, Settings
-from dispatcher.clusters.registry import ClusterRegistry, resolve_kubeconfig
+from dispatcher.clusters.registry import ClusterRegistry, WorkerState, resolve_kubeconfig
 from dispatcher.controller.nominator import EVENT_COMPONENT, Nominator
 from dispatcher.k8s.client import KubeApi, client_from_kubeconfig_file, client_in_cluster
 from dispatcher.k8s.errors import ApiError
 from dispatcher.k8s.kubeconfig import KubeconfigError
 from dispatcher.k8s.resources import ADMISSION_CHECKS, EVENTS, MULTIKUEUE_CLUSTERS, SECRETS
 from dispatcher.kueue.eligibility import MULTIKUEUE_CONTROLLER
+from dispatcher.kueue.objects import InvalidField
 from dispatcher.plugins import PluginError, PluginHost
 
-__all__ = ["check_config_command", "explain_command"]
+__all__ = ["check_config_command", "describe_state", "explain_command"]
 
 LoadSettings = Callable[[argparse.Namespace], Settings]
 
@@ -41,6 +42,16 @@ async def _manager_api(args: argparse.Namespace, settings: Settings) -> KubeApi:
     else:
         client = client_in_cluster()
     return KubeApi(client, request_timeout=timeout, name="manager")
+
+
+def describe_state(state: WorkerState) -> str:
+    """A worker's state in one line: ``Connected``, or ``Unusable: REASON: MESSAGE``."""
+    parts = [state.phase]
+    if state.reason and state.reason != state.phase:
+        parts.append(state.reason)
+    if state.message:
+        parts.append(state.message)
+    return ": ".join(parts)
 
 
 def _settings_or_exit(args: argparse.Namespace, load: LoadSettings) -> Settings | None:
@@ -161,10 +172,11 @@ async def _explain(args: argparse.Namespace, settings: Settings) -> int:
                 while not settled():
                     await changed.wait()
             for worker_name, state in registry.states().items():
-                print(
-                    f"  worker {worker_name}: {state.phase} {state.reason} {state.message}".rstrip()
-                )
-            eligibility_reason, decision = await nominator.evaluate(f"{namespace}/{name}")
+                print(f"  worker {worker_name}: {describe_state(state)}")
+            try:
+                eligibility_reason, decision = await nominator.evaluate(f"{namespace}/{name}")
+            except InvalidField as error:
+                eligibility_reason, decision = f"cannot dispatch: {error}", None
             group.cancel_scope.cancel()
         print(f"fresh evaluation: {eligibility_reason}")
         if decision is not None:

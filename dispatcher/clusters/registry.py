@@ -28,7 +28,13 @@ from dispatcher.clusters.mirror import Mirror, Watched
 from dispatcher.k8s.client import KubeApi
 from dispatcher.k8s.clock import SYSTEM_CLOCK, Clock
 from dispatcher.k8s.errors import ApiError
-from dispatcher.k8s.kubeconfig import BAD, KubeconfigError, ValidKubeconfig, kubeconfig_from_secret
+from dispatcher.k8s.kubeconfig import (
+    BAD,
+    SECRET_KEY,
+    KubeconfigError,
+    ValidKubeconfig,
+    kubeconfig_from_secret,
+)
 from dispatcher.k8s.resources import (
     ADMISSION_CHECKS,
     CLUSTER_QUEUES,
@@ -146,7 +152,7 @@ def resolve_kubeconfig(
         error = KubeconfigError(
             BAD,
             "spec.clusterSource.kubeConfig.locationType: Path is not supported: the "
-            "dispatcher reads worker kubeconfigs from Secrets only",
+            f"dispatcher reads worker kubeconfigs from Secrets only (MultiKueueCluster {name})",
         )
         return f"error:{error.message}", error
     secret_name = str(kubeconfig.get("location") or "")
@@ -163,7 +169,12 @@ def resolve_kubeconfig(
     try:
         return fingerprint, kubeconfig_from_secret(found)
     except KubeconfigError as error:
-        return fingerprint, error
+        # Name the Secret, and the key for problems inside the kubeconfig document.
+        ref = f'secret "{namespace}/{secret_name}"'
+        if ref in error.message:
+            return fingerprint, error
+        where = "" if error.message.startswith(f"data.{SECRET_KEY}") else f"data.{SECRET_KEY}: "
+        return fingerprint, KubeconfigError(error.reason, f"{ref}: {where}{error.message}")
 
 
 def _condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
@@ -395,20 +406,32 @@ class ClusterRegistry:
         A cluster is active when our own mirror of it is connected **and** Kueue reports its
         MultiKueueCluster ``Active=True`` (Kueue creates copies only there, C32, C50).
         """
-        _, names, problem = self.config_of(check)
+        config_name, names, problem = self.config_of(check)
         found: list[Candidate] = []
         for order, name in enumerate(names):
             mkc = self.manager.cache("multikueueclusters").get(name)
             worker = self.workers.get(name)
             labels: Mapping[str, str] = ((mkc or {}).get("metadata") or {}).get("labels") or {}
             if mkc is None:
-                found.append(Candidate(name, order, False, "MultiKueueCluster not found", {}, None))
+                missing = (
+                    f'MultiKueueCluster "{name}" not found '
+                    f"(MultiKueueConfig {config_name} spec.clusters[{order}])"
+                )
+                found.append(Candidate(name, order, False, missing, {}, None))
                 continue
             active = _condition(mkc, "Active")
             if worker is None or not worker.connected:
                 state = worker.state if worker is not None else None
                 reason = (
-                    f"{state.phase}: {state.reason} {state.message}".strip()
+                    ": ".join(
+                        part
+                        for part in (
+                            state.phase,
+                            state.reason if state.reason != state.phase else "",
+                            state.message,
+                        )
+                        if part
+                    )
                     if state is not None
                     else "not connected"
                 )
