@@ -1,7 +1,9 @@
-"""Copy the generated configuration and metrics tables into README.md.
+"""Copy the generated configuration, metrics and bad-input tables into README.md.
 
 The tables are generated from the code into ``docs/configuration.md`` and ``docs/metrics.md``
-(``scripts/gen_config_docs.py``, ``scripts/gen_metrics_docs.py``); this script copies their
+(``scripts/gen_config_docs.py``, ``scripts/gen_metrics_docs.py``) and from the bad-input
+catalogue into ``docs/bad-inputs.md`` (``tests/badinput/test_bad_input_catalogue.py``); this
+script copies their
 table rows between the ``BEGIN``/``END`` markers of the README, so the README cannot drift from
 the code either. ``--check`` exits 1 when the README is stale (``tests/test_readme.py`` runs it).
 """
@@ -17,6 +19,7 @@ README = ROOT / "README.md"
 SECTIONS = {
     "configuration table": ROOT / "docs" / "configuration.md",
     "metrics table": ROOT / "docs" / "metrics.md",
+    "bad-input table": ROOT / "docs" / "bad-inputs.md",
 }
 
 
