@@ -226,7 +226,8 @@ class Nominator:
                 self.queue.forget(key)
                 await self._report_invalid(key, error)
             except ApiError as error:
-                delay = self.queue.add_rate_limited(key)
+                # 429 and 503 may say when to come back (Retry-After): never sooner.
+                delay = self.queue.add_rate_limited(key, at_least=error.retry_after)
                 log.warning(
                     "reconcile %s failed: %s; retrying in %.2fs",
                     key,

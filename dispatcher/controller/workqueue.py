@@ -71,11 +71,15 @@ class WorkQueue:
             self._deadlines[key] = deadline
             self._wake()
 
-    def add_rate_limited(self, key: str) -> float:
-        """Queue ``key`` after an exponential backoff of its recent failures; returns the delay."""
+    def add_rate_limited(self, key: str, *, at_least: float | None = None) -> float:
+        """Queue ``key`` after an exponential backoff of its recent failures, and not before
+        ``at_least`` seconds (a server's ``Retry-After``, capped at the maximum delay); returns
+        the delay."""
         failures = self._failures.get(key, 0)
         self._failures[key] = failures + 1
         delay = min(self._max, self._base * math.pow(2, failures))
+        if at_least is not None:
+            delay = max(delay, min(self._max, at_least))
         self.add_after(key, delay)
         return delay
 

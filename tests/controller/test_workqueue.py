@@ -80,6 +80,21 @@ def test_rate_limited_backoff(failures: int, expected: float) -> None:
     assert queue.failures("k") == 0
 
 
+@pytest.mark.parametrize(
+    ("failures", "retry_after", "expected"),
+    [(1, 1.0, 1.0), (1, None, 0.05), (9, 1.0, 12.8), (1, 300.0, 30.0)],
+    ids=["retry-after-wins", "no-retry-after", "backoff-wins", "capped-at-max"],
+)
+def test_rate_limited_honours_retry_after(
+    failures: int, retry_after: float | None, expected: float
+) -> None:
+    """A server's Retry-After (429/503, issue 8) delays the retry at least that long."""
+    queue = WorkQueue(base_delay=0.05, max_delay=30.0, clock=FakeTime())
+    for _ in range(failures - 1):
+        queue.add_rate_limited("k")
+    assert queue.add_rate_limited("k", at_least=retry_after) == pytest.approx(expected)
+
+
 async def test_close_ends_waiting_getters() -> None:
     queue = WorkQueue()
     async with anyio.create_task_group() as tg:
