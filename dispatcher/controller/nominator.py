@@ -135,8 +135,11 @@ def summarize(decision: Decision, limit: int = 6) -> str:
             parts.append(f"{verdict.cluster}: {verdict.dropped_by}: {verdict.reason}")
     more = len(decision.verdicts) - limit
     tail = f"; +{more} more" if more > 0 else ""
-    text = f"nominated [{chosen}] by {decision.algorithm}: {decision.reason}. " + "; ".join(parts)
-    return (text + tail)[:1024]
+    text = f"nominated [{chosen}] by {decision.algorithm}: {decision.reason}"
+    if not decision.nominate and all(v.reason in decision.reason for v in decision.verdicts):
+        # Nothing nominated: the reason already gives every cluster's verdict.
+        return text[:1024]
+    return (text + ". " + "; ".join(parts) + tail)[:1024]
 
 
 class Nominator:
@@ -316,6 +319,9 @@ class Nominator:
             record.nominated = current
             record.nominated_at = now if current else None
         await self._check_stuck(key, workload, record, current, now)
+        holder = self._holding_copy(verdict.check, namespace, name)
+        if holder is not None:
+            return await self._keep_holder(key, workload, record, current, holder, now)
         # Decisions are serialised with their in-flight bookkeeping: a burst must not have two
         # decisions look at the same idle cluster before either is recorded (issue 4). The
         # nomination counts as in flight from the decision on, and is rolled back if the write
@@ -327,6 +333,12 @@ class Nominator:
                 self.queue.add_after(key, self.config.resync_seconds)
                 return "no decision"
             target = tuple(decision.nominate)
+            if not target and current and not any(snap.active for snap in snapshots):
+                # Every candidate is unreachable or inactive at once (a network blip on our
+                # side, or Kueue's): an empty nomination would have Kueue delete copies that
+                # may be about to be admitted. Keep the standing one until a cluster is back.
+                self.queue.add_after(key, self.config.resync_seconds)
+                return "kept: no active candidate"
             if target != current:
                 if target:
                     self.in_flight.record(target, queued_workload(request), now)
@@ -366,6 +378,67 @@ class Nominator:
             key, follow_up if follow_up is not None else self.config.resync_seconds
         )
         return "nominated" if target != current else "unchanged"
+
+    def _holding_copy(self, check: str, namespace: str, name: str) -> str | None:
+        """The connected candidate whose copy of this Workload already holds quota there, if
+        any: Admitted first, then QuotaReserved, earliest first, then config order.
+
+        Kueue makes the first cluster that admits a copy the winner (C28) and sets
+        ``clusterName`` to it, which its webhook allows only when that cluster is in the
+        nomination (C18). Moving the nomination away from such a cluster would leave the
+        workload unadmittable, so the dispatcher keeps it (or puts it back).
+        """
+        best: tuple[int, float, int, str] | None = None
+        candidates, _ = self.registry.candidates(check)
+        for candidate in candidates:
+            worker = candidate.worker
+            if worker is None or worker.mirror is None or not worker.connected:
+                continue
+            copy = worker.mirror.cache("workloads").get(name, namespace)
+            if copy is None:
+                continue
+            for rank, kind in enumerate(("Admitted", "QuotaReserved")):
+                if condition_status(copy, kind) == "True":
+                    since = _transition_time(copy, kind) or 0.0
+                    entry = (rank, since, candidate.order, candidate.name)
+                    best = entry if best is None or entry < best else best
+                    break
+        return best[3] if best is not None else None
+
+    async def _keep_holder(
+        self,
+        key: str,
+        workload: Mapping[str, Any],
+        record: Record,
+        current: tuple[str, ...],
+        holder: str,
+        now: float,
+    ) -> str:
+        """A copy on ``holder`` holds quota: keep a nomination that includes it, or write
+        ``[holder]`` back (see :meth:`_holding_copy`); no decision is made meanwhile."""
+        follow_up = self.config.resync_seconds
+        if holder in current:
+            self.queue.add_after(key, follow_up)
+            return "kept: a copy holds quota"
+        async with self._decision_lock:
+            self.in_flight.forget(key)  # the copy's quota shows in the worker's own usage
+        target = (holder,)
+        if not await self._write(workload, target):
+            self.queue.add(key)
+            return "race"
+        record.nominated, record.nominated_at = target, now
+        if record.first_nominated_at is None:
+            record.first_nominated_at = now
+        self._publish_in_flight()
+        message = (
+            f"nominated [{holder}]: its copy already holds quota there and Kueue admits the "
+            f"first such copy (previous nomination [{', '.join(current) or 'none'}])"
+        )
+        log.info("workload %s: %s", key, message, extra={"workload": key})
+        record.event_message = message
+        await self._event(workload, "Nominated", message, "Normal")
+        self.queue.add_after(key, follow_up)
+        return "nominated"
 
     def _first_sync_pending(self, check: str, now: float) -> float | None:
         """Seconds of grace left while a candidate worker has not settled yet, else None."""

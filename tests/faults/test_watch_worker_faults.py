@@ -78,14 +78,6 @@ async def _leading_registry(env: Any) -> Any:
     return env.dispatcher.registry
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason=(
-        "nominator livelock (issue 8 finding): a nomination moved while Kueue admits the old "
-        "copy is never moved back; Kueue's clusterName write is refused by C18 forever and the "
-        "workload is never admitted. Remove once the nominator follows an admitted copy."
-    ),
-)
 async def test_watch_faults_mirrors_converge(tmp_path: Path, crds_dir: Path, figures: Any) -> None:
     """Issue 8 bullet "watches dropped every few seconds, 410 Expired on resume, bookmarks
     missing -> mirrors converge (compare cache to a fresh list)" (F55, F57, F15, F17).
