@@ -1,0 +1,232 @@
+"""Helpers of the manager-API fault tests (test_api_faults.py): a burst of small Workloads, an
+incremental placement tracker, a hook that answers 409 to each workload's first write attempt,
+and readers of what the dispatcher wrote and where the copies went."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from dispatcher.app.manager import Manager
+from dispatcher.controller.nominator import Nominator
+from dispatcher.controller.workqueue import WorkQueue
+from dispatcher.k8s.errors import ApiError
+from dispatcher.sandbox.environment import Environment
+from dispatcher.sandbox.fakeapi.admission import AdmissionRequest, Denied, Match, ValidatingHook
+from dispatcher.sandbox.fakeapi.errors import conflict
+from dispatcher.sandbox.fakeapi.faults import JournalEntry
+from dispatcher.sandbox.fakeapi.server import FakeCluster
+from dispatcher.sandbox.kubeclient import WORKLOADS
+from dispatcher.sandbox.testkit import FIELD_MANAGER, Nomination
+from dispatcher.sandbox.topology import WorkloadLine
+
+Obj = dict[str, Any]
+
+WORKERS = ("worker-a100", "worker-h100", "worker-cpu")
+STATUS_WRITE = re.compile(r"/workloads/([^/]+)/status$")
+
+
+def small_cpu_workloads(prefix: str, count: int) -> list[WorkloadLine]:
+    """``count`` Workloads of 100m CPU and 256Mi each (all of them fit on worker-cpu alone:
+    50 CPU and 125Gi of its 128 CPU / 512Gi quota; the manager's quota is 352 CPU / 2304Gi).
+
+    Prebuilt Workloads, not Jobs: the dispatcher sees the same manager Workloads either way, and
+    the emulated job integration costs the shared machine more CPU than the dispatcher does.
+    """
+    return [
+        WorkloadLine.model_validate(
+            {
+                "kind": "Workload",
+                "name": f"{prefix}-{i}",
+                "namespace": "team-b",
+                "count": 1,
+                "requests": {"cpu": "100m", "memory": "256Mi"},
+            }
+        )
+        for i in range(count)
+    ]
+
+
+@dataclass
+class PlacementTracker:
+    """Follows the emulated Kueue's manager informer event by event (no full-cache copies, which
+    cost O(workloads) per change) and records when each Workload got ``status.clusterName``."""
+
+    placed: dict[str, str] = field(default_factory=dict)
+    _changed: anyio.Event = field(default_factory=anyio.Event)
+
+    def install(self, env: Environment) -> None:
+        """Subscribe to the emulator's manager connection and read what is cached already."""
+        informer = env.kueue.manager.conn.cache(WORKLOADS)
+        for obj in list(informer.objects.values()):
+            self._see(obj)
+        env.kueue.manager.conn.subscribe(self._listen)
+
+    def _listen(self, resource: object, kind: str, obj: Obj) -> None:
+        if resource == WORKLOADS and kind in ("ADDED", "MODIFIED"):
+            self._see(obj)
+
+    def _see(self, obj: Obj) -> None:
+        cluster = (obj.get("status") or {}).get("clusterName")
+        name = (obj.get("metadata") or {}).get("name")
+        if cluster and name and name not in self.placed:
+            self.placed[str(name)] = str(cluster)
+            changed, self._changed = self._changed, anyio.Event()
+            changed.set()
+
+    async def wait_for(self, names: set[str], within: float) -> None:
+        """Wait until every name in ``names`` has a ``clusterName``."""
+        with anyio.fail_after(within):
+            while not names <= self.placed.keys():
+                await self._changed.wait()
+
+
+@dataclass
+class FirstAttemptConflicts:
+    """A validating hook on the manager: the first status write of the dispatcher's field
+    manager on each Workload is refused with the API server's own 409 Conflict answer (as if
+    Kueue had written the Workload just before); later writes are recorded as admitted."""
+
+    field_manager: str = FIELD_MANAGER
+    attempts: Counter[str] = field(default_factory=Counter)
+    refused: int = 0
+    writes: list[Nomination] = field(default_factory=list)
+
+    def install(self, cluster: FakeCluster) -> None:
+        """Add the hook to ``cluster`` (after Kueue's own hooks)."""
+        cluster.admission.add_validating(
+            ValidatingHook(
+                "test-first-attempt-conflict",
+                Match(resources=("workloads/status",), operations=("UPDATE",)),
+                self._check,
+            )
+        )
+
+    def _check(self, request: AdmissionRequest) -> None:
+        if request.field_manager != self.field_manager:
+            return
+        self.attempts[request.name] += 1
+        if self.attempts[request.name] == 1:
+            self.refused += 1
+            stale = conflict(request.group, request.resource, request.name)
+            raise Denied(stale.message, code=409)
+        status = (request.object or {}).get("status") or {}
+        clusters = tuple(str(n) for n in status.get("nominatedClusterNames") or ())
+        self.writes.append(Nomination(request.namespace or "", request.name, clusters))
+
+
+def write_counts(writes: list[Nomination]) -> Counter[str]:
+    """Admitted nomination writes per Workload name."""
+    return Counter(w.name for w in writes)
+
+
+def contradicting(writes: list[Nomination], placed: dict[str, str]) -> list[str]:
+    """Workloads with a written (non-empty) nomination that excludes where they were admitted."""
+    return sorted({w.name for w in writes if w.clusters and placed.get(w.name) not in w.clusters})
+
+
+async def copies_by_workload(env: Environment) -> dict[str, list[str]]:
+    """The workers holding a copy of each Workload (by name)."""
+    copies: dict[str, list[str]] = {}
+    for worker in WORKERS:
+        for copy in await env.worker_workloads(worker):
+            copies.setdefault(copy["metadata"]["name"], []).append(worker)
+    return copies
+
+
+async def wait_drained(queue: WorkQueue, within: float) -> None:
+    """Wait until the work queue holds no key, not even a delayed one (polled: the queue has no
+    change notification)."""
+    await wait_until(lambda: not len(queue) and not queue.delayed, within)
+
+
+def status_writes_by_workload(entries: list[JournalEntry], user_agent: str) -> Counter[str]:
+    """HTTP status PATCHes per Workload name sent by one client (any answer)."""
+    counts: Counter[str] = Counter()
+    for entry in entries:
+        match = STATUS_WRITE.search(entry.path)
+        if match and entry.method == "PATCH" and entry.user_agent.startswith(user_agent):
+            counts[match.group(1)] += 1
+    return counts
+
+
+def answers_by_client(entries: list[JournalEntry], codes: tuple[int, ...]) -> Counter[str]:
+    """Requests answered with one of ``codes``, as "<code> to <client>" (the user agent up to
+    the slash)."""
+    return Counter(
+        f"{e.status} to {e.user_agent.split('/')[0]}" for e in entries if e.status in codes
+    )
+
+
+async def wait_leading(manager: Manager, within: float = 30) -> Nominator:
+    """Wait until the dispatcher leads, its manager caches are synced and every worker is
+    Connected (polled: a steady state to inject faults into); returns its nomination loop."""
+
+    def steady() -> bool:
+        registry = manager.registry
+        if registry is None or manager.nominator is None or not registry.synced:
+            return False
+        states = registry.states()
+        return set(states) == set(WORKERS) and all(s.phase == "Connected" for s in states.values())
+
+    await wait_until(steady, within)
+    assert manager.nominator is not None
+    return manager.nominator
+
+
+@dataclass(frozen=True)
+class Retry:
+    """One failed reconcile of the nomination loop and the delay it chose before retrying."""
+
+    key: str
+    status: int  # HTTP status; 0: no answer (the client's timeout, a refused connection)
+    retry_after: float | None  # the server's Retry-After, as the client parsed it
+    delay: float
+
+
+class RetryLog(logging.Handler):
+    """Collects the nomination loop's "reconcile ... failed ...; retrying in" warnings with their
+    arguments. Attached to the nominator's own logger, it sees each record before the root
+    handlers (where the production redaction renders the message and drops the arguments)."""
+
+    LOGGER = "dispatcher.controller.nominator"
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.retries: list[Retry] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Keep the record when it is a failed reconcile with an API error."""
+        if not str(record.msg).startswith("reconcile %s failed"):
+            return
+        if not isinstance(record.args, tuple) or len(record.args) != 3:
+            return
+        key, error, delay = record.args
+        if isinstance(error, ApiError):
+            self.retries.append(Retry(str(key), error.status, error.retry_after, float(delay)))
+
+    def __enter__(self) -> RetryLog:
+        logging.getLogger(self.LOGGER).addHandler(self)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        logging.getLogger(self.LOGGER).removeHandler(self)
+
+    async def __aenter__(self) -> RetryLog:
+        return self.__enter__()
+
+    async def __aexit__(self, *_: object) -> None:
+        self.__exit__()
+
+
+async def wait_until(predicate: Callable[[], bool], within: float) -> None:
+    """Wait until ``predicate()`` holds (polled: for counters without a change notification)."""
+    with anyio.fail_after(within):
+        while not predicate():  # noqa: ASYNC110 - in-process state without a change event
+            await anyio.sleep(0.05)

@@ -1,0 +1,267 @@
+"""Issue 8, scope 1, fault-injection suite: manager API faults during a burst, and conflicts.
+
+Both tests run the real dispatcher against the sandbox (fake API servers over HTTPS with the
+real Kueue v0.19.2 CRDs, the emulated Kueue) and inject faults on the manager cluster only.
+
+What the fault hooks can and cannot target: a fault matches a request's verb and path, not its
+client, so the faults here also hit the emulated Kueue wherever it uses the same verbs and
+paths as the dispatcher (Workload status writes, the watches and lists of Kueue's kinds, Event
+creation). The burst therefore also shows the emulator's tolerance. The test's own submissions
+(Workload creates) are not faulted.
+
+A latency fault holds a request before the server reads its body: a write whose client gave up
+is never applied (the journal records it as 500, connection lost), so "applied on the server but
+timed out on the client" is not exercised here.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from faults_api_kit import (
+    FirstAttemptConflicts,
+    PlacementTracker,
+    RetryLog,
+    answers_by_client,
+    contradicting,
+    copies_by_workload,
+    small_cpu_workloads,
+    status_writes_by_workload,
+    wait_drained,
+    wait_leading,
+    wait_until,
+    write_counts,
+)
+
+from dispatcher.sandbox.environment import environment
+from dispatcher.sandbox.fakeapi.faults import Fault, Faults, Journal
+from dispatcher.sandbox.testkit import NominationRecorder, scrape
+from dispatcher.sandbox.topology import default_topology
+
+pytestmark = pytest.mark.faults
+
+STUCK_SERIES = "multikueue_dispatcher_stuck_workloads_total"
+
+# Size of the burst. Issue 8 asks for >= 500; the sandbox cannot carry that in bounded time on
+# the shared 2-CPU machine (measured: 500 took 304 s to dispatch on a quiet machine, 200 took
+# 105 s; the emulated Kueue's full-cache copies per pass dominate, the dispatcher is a small
+# share), so CI runs 100 and `FAULTS_API_BURST=500` runs the issue's size.
+BURST = int(os.environ.get("FAULTS_API_BURST", "100"))
+REQUEST_TIMEOUT = 2.0  # the dispatcher's manager request timeout in this test (seconds)
+HANG = 5.0  # delay of the "time out" fault: longer than REQUEST_TIMEOUT
+RETRY_AFTER = 1  # seconds, on the 429 answers
+SEED = 8  # the manager's fault random source (probabilities)
+
+# What the dispatcher sends to the manager: reads of Kueue's kinds and of its Secrets, status
+# writes of Workloads; Events are faulted separately (their create is the only create it sends).
+READS_AND_WRITES = (
+    r"/(workloads|multikueueclusters|multikueueconfigs|admissionchecks|clusterqueues|secrets)"
+    r"(/|$)"
+)
+READ_WRITE_VERBS = ("get", "list", "watch", "patch")
+EVENTS = r"/events$"
+
+# Per-code probability of one request; together about 10% of the matching requests.
+ERRORS = {500: 0.03, 503: 0.03, 429: 0.02}
+TIMEOUTS = 0.02
+
+
+def _faults(cluster: Any) -> dict[str, list[Fault]]:
+    """Install the fault mix on ``cluster``; returns the faults by label."""
+    installed: dict[str, list[Fault]] = {}
+    for path, verbs in ((READS_AND_WRITES, READ_WRITE_VERBS), (EVENTS, ("create",))):
+        for code, probability in ERRORS.items():
+            installed.setdefault(str(code), []).append(
+                cluster.faults.error(
+                    code,
+                    verbs=verbs,
+                    path=path,
+                    probability=probability,
+                    retry_after=RETRY_AFTER if code == 429 else None,
+                    message=f"injected {code}",
+                )
+            )
+        installed.setdefault("timeout", []).append(
+            cluster.faults.latency(HANG, verbs=verbs, path=path, probability=TIMEOUTS)
+        )
+    return installed
+
+
+async def test_manager_api_faults_during_a_burst(
+    tmp_path: Path,
+    crds_dir: Path,
+    figures: Any,
+) -> None:
+    """Issue 8 scope 1, "manager API: 10% of requests fail with 500/503/429 (with Retry-After) or
+    time out, for a burst of >= 500 workloads -> all dispatched, none twice, none stuck after
+    faults stop".
+
+    - all dispatched: every manager Workload gets ``status.clusterName`` (C16, C36);
+    - none twice: exactly one remote copy per Workload across the workers (C33, C51's
+      dispatched/admitted ratio), exactly one admitted nomination write per Workload (writes
+      carry the resourceVersion their decision was based on, C48), and no write naming a
+      cluster other than where it was admitted;
+    - none stuck: the stuck counter (C43 detector) stays 0, no Workload without clusterName, the
+      dispatcher's work queue drains;
+    - 429: the dispatcher waits at least Retry-After before retrying.
+    """
+    lines = small_cpu_workloads("burst", BURST)
+    names = {line.name for line in lines}
+    recorder = NominationRecorder()
+    tracker = PlacementTracker()
+    settings = {
+        "manager_client.request_timeout_seconds": REQUEST_TIMEOUT,
+        # The C43 detector fires when a copy is Admitted on a worker and the manager lacks
+        # clusterName for this long. The emulated Kueue copies admission back slowly when
+        # saturated (measured up to 71 s with 500 workloads on this machine): 120 s, so that
+        # only a real pitfall (C43), not the emulator's speed, counts here.
+        "stuck_after_seconds": 120.0,
+    }
+    async with (
+        RetryLog() as retries,
+        environment(tmp_path, default_topology(), crds=crds_dir, settings=settings) as env,
+    ):
+        assert env.dispatcher is not None
+        nominator = await wait_leading(env.dispatcher)
+        manager = env.sandbox.manager
+        manager.journal = Journal(1_000_000)
+        manager.faults = Faults(SEED)  # seeded draws for the probabilities
+        recorder.install(manager)
+        tracker.install(env)
+
+        faults = _faults(manager)
+        started = time.monotonic()
+        await env.submit(lines)
+        submitted = time.monotonic() - started
+        try:
+            await tracker.wait_for(names, within=60 + BURST * 1.0)
+        except TimeoutError:
+            missing = sorted(names - tracker.placed.keys())
+            pytest.fail(f"{len(missing)} of {BURST} not dispatched, e.g. {missing[:5]}")
+        dispatched_in = time.monotonic() - started
+        fired = {label: sum(f.fired for f in group) for label, group in faults.items()}
+        manager.faults.clear()
+
+        # None stuck after the faults stop: the dispatcher's queue drains, every Workload
+        # keeps its clusterName, and the C43 detector never fired.
+        await wait_drained(nominator.queue, within=60)
+        await wait_until(lambda: env.kueue.manager.admitted() >= BURST, within=60)
+        final = {w["metadata"]["name"]: w for w in await env.workloads()}
+        unplaced = sorted(n for n in names if not (final[n].get("status") or {}).get("clusterName"))
+        samples = await scrape(env.dispatcher)
+        stuck = sum(value for _, value in samples.get(STUCK_SERIES, []))
+
+        # None twice: one copy per Workload across the workers; one admitted write each.
+        copies = await copies_by_workload(env)
+        twice = sorted(n for n, where in copies.items() if len(where) > 1)
+        missing_copies = sorted(names - copies.keys())
+        counts = write_counts(recorder.writes)
+        duplicates = sorted(n for n, c in counts.items() if c > 1)
+        wrong = contradicting(recorder.writes, tracker.placed)
+        never_written = sorted(names - counts.keys())
+
+        entries = manager.journal.entries()
+        attempts = status_writes_by_workload(entries, "multikueue-dispatcher")
+        by_client = answers_by_client(entries, tuple(ERRORS))
+        sent = sum(1 for e in entries if e.user_agent.startswith("multikueue-dispatcher"))
+        failures = Counter(r.status for r in retries.retries)
+
+        figures.record("workloads submitted", BURST)
+        figures.record("workloads dispatched", len(tracker.placed.keys() & names))
+        for label, count in fired.items():
+            figures.record(f"injected faults fired: {label}", count)
+        for label, count in sorted(by_client.items()):
+            # 500 also counts writes abandoned by their client during an injected delay.
+            figures.record(f"answered {label}", count)
+        figures.record("dispatcher requests to the manager", sent)
+        failed = sum(c for k, c in by_client.items() if k.endswith(" to multikueue-dispatcher"))
+        figures.record("dispatcher requests answered 500/503/429", 100 * failed / sent, "%")
+        for status, count in sorted(failures.items()):
+            figures.record(f"dispatcher reconcile failures: {status or 'timeout'}", count)
+        figures.record("duplicate nomination writes (workloads)", len(duplicates))
+        figures.record("contradicting nomination writes", len(wrong))
+        figures.record("workloads with copies on two workers", len(twice))
+        figures.record("stuck (metric)", stuck)
+        figures.record("left without clusterName", len(unplaced))
+        figures.record("time to submit the burst", submitted, "s")
+        figures.record("time to dispatch all", dispatched_in, "s")
+        figures.record("admitted nomination writes per workload", len(recorder.writes) / BURST)
+        figures.record("status write requests per workload", sum(attempts.values()) / BURST)
+        figures.record("max status write requests for one workload", max(attempts.values()))
+        dispatched = env.kueue.manager.dispatched()
+        admitted = env.kueue.manager.admitted()
+        figures.record("remote copies per admitted workload (C51)", dispatched / admitted)
+
+        assert sum(fired.values()) > 0.05 * BURST, fired  # the faults really fired
+        assert all(count > 0 for count in fired.values()), fired
+        assert not unplaced, unplaced[:10]
+        assert not missing_copies, missing_copies[:10]
+        assert not twice, {n: copies[n] for n in twice[:10]}
+        assert not never_written, never_written[:10]
+        assert not duplicates, {n: recorder.of(n) for n in duplicates[:10]}
+        assert not wrong, {n: (tracker.placed.get(n), recorder.of(n)) for n in wrong[:10]}
+        assert stuck == 0
+        assert admitted == BURST
+        # 429: never retried before the server's Retry-After.
+        answered_429 = [r for r in retries.retries if r.status == 429]
+        assert all(r.retry_after == RETRY_AFTER for r in answered_429), answered_429[:5]
+        too_early = [r for r in answered_429 if r.delay < RETRY_AFTER]
+        assert not too_early, too_early[:10]
+
+
+@pytest.mark.parametrize("write_mode", ["apply", "merge-patch"])
+async def test_conflict_on_every_first_write_is_retried(
+    tmp_path: Path, crds_dir: Path, figures: Any, write_mode: str
+) -> None:
+    """Issue 8 scope 1, "conflicts: 409 on every first write attempt -> retried correctly".
+
+    The first nomination write of every Workload is answered 409 Conflict (the API server's
+    stale-resourceVersion answer, C48: a harmless race, re-read and decide again); the second
+    attempt is admitted. Every Workload ends nominated and admitted on a worker (C36), each has
+    exactly two write attempts that reached admission (one refused, one written: none lost, none
+    extra) and the written nomination is where it was admitted.
+    """
+    count = 60
+    lines = small_cpu_workloads(f"conflict-{write_mode}", count)
+    names = {line.name for line in lines}
+    hook = FirstAttemptConflicts()
+    tracker = PlacementTracker()
+    settings = {"write_mode": write_mode}
+    async with environment(tmp_path, default_topology(), crds=crds_dir, settings=settings) as env:
+        assert env.dispatcher is not None
+        nominator = await wait_leading(env.dispatcher)
+        manager = env.sandbox.manager
+        manager.journal = Journal(200_000)
+        hook.install(manager)
+        tracker.install(env)
+        started = time.monotonic()
+        await env.submit(lines)
+        await tracker.wait_for(names, within=120)
+        dispatched_in = time.monotonic() - started
+        await wait_until(lambda: env.kueue.manager.admitted() >= count, within=60)
+        attempts = status_writes_by_workload(manager.journal.entries(), "multikueue-dispatcher")
+        written = write_counts(hook.writes)
+        wrong = contradicting(hook.writes, tracker.placed)
+
+        figures.record(f"[{write_mode}] workloads dispatched", len(tracker.placed.keys() & names))
+        figures.record(f"[{write_mode}] conflicts injected", hook.refused)
+        figures.record(f"[{write_mode}] retries after a conflict (races)", nominator.races)
+        figures.record(
+            f"[{write_mode}] status write requests per workload",
+            sum(attempts[n] for n in names) / count,
+        )
+        figures.record(f"[{write_mode}] time to dispatch all", dispatched_in, "s")
+
+        assert hook.refused == count
+        assert {n: hook.attempts[n] for n in names} == dict.fromkeys(names, 2)
+        assert {n: written[n] for n in names} == dict.fromkeys(names, 1)
+        assert not wrong, wrong
+        assert nominator.races >= count
+        assert env.kueue.manager.admitted() == count
+        copies = await copies_by_workload(env)
+        assert {n: len(copies.get(n, [])) for n in names} == dict.fromkeys(names, 1)
