@@ -85,10 +85,13 @@ class GpuTypeFilter:
         if not cluster.gpu_types:
             if not self.strict:
                 return None
-            return f"requires {', '.join(sorted(required))}; cluster reports no GPU types"
+            return (
+                f"pod sets' node selector requires {', '.join(sorted(required))}; "
+                "cluster reports no GPU types"
+            )
         if cluster.gpu_types.isdisjoint(required):
             return (
-                f"requires {', '.join(sorted(required))}; "
+                f"pod sets' node selector requires {', '.join(sorted(required))}; "
                 f"cluster offers {', '.join(sorted(cluster.gpu_types))}"
             )
         return None

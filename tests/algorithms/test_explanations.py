@@ -21,7 +21,7 @@ def test_verdicts_name_the_filter_the_reason_and_the_score_components() -> None:
 
     a100 = decision.verdict("a100")
     assert (a100.kept, a100.dropped_by) == (False, "gpu-type")
-    assert a100.reason == f"requires {H100}; cluster offers {A100}"
+    assert a100.reason == f"pod sets' node selector requires {H100}; cluster offers {A100}"
     assert decision.verdict("offline").dropped_by == "active"
 
     best, full = decision.verdict("h100-free"), decision.verdict("h100-full")
@@ -42,5 +42,5 @@ def test_verdicts_name_the_filter_the_reason_and_the_score_components() -> None:
         "#0 h100-free: kept; gpu-preference=0 (no preference), "
         "spare-gpu-clusters=0 (asks for GPUs), fits-now=1 (fits now)"
     ) in text
-    assert f"-- a100: dropped by gpu-type: requires {H100}" in text
+    assert f"-- a100: dropped by gpu-type: pod sets' node selector requires {H100}" in text
     assert "look again in 300s" in text

@@ -239,7 +239,7 @@ CASES: list[Case] = [
         "unknown-gpu",
         "Job requiring GPU type `NVIDIA-B200` (no worker has it)",
         "Warning Event `NotNominated` on the Workload, `explain`",
-        "nominated [none] by gpu-type-affinity+capacity-first: no candidate cluster left (worker-a100: requires NVIDIA-B200; cluster offers NVIDIA-A100-SXM4-80GB; worker-cpu: requires NVIDIA-B200; cluster reports no GPU types; worker-h100: requires NVIDIA-B200; cluster offers NVIDIA-H100-80GB-HBM3). worker-a100: gpu-type: requires NVIDIA-B200; cluster offers NVIDIA-A100-SXM4-80GB; worker-h100: gpu-type: requires NVIDIA-B200; cluster offers NVIDIA-H100-80GB-HBM3; worker-cpu: gpu-type: requires NVIDIA-B200; cluster reports no GPU types",
+        "nominated [none] by gpu-type-affinity+capacity-first: no candidate cluster left (worker-a100: pod sets' node selector requires NVIDIA-B200; cluster offers NVIDIA-A100-SXM4-80GB; worker-cpu: pod sets' node selector requires NVIDIA-B200; cluster reports no GPU types; worker-h100: pod sets' node selector requires NVIDIA-B200; cluster offers NVIDIA-H100-80GB-HBM3)",
     ),
     Case(
         "workload-bigger-than-any-cluster",
@@ -247,7 +247,7 @@ CASES: list[Case] = [
         "huge-0",
         "Job requesting 200 CPUs (the largest worker has 128)",
         "Warning Event `NotNominated` on the Workload, `explain`",
-        "nominated [none] by gpu-type-affinity+capacity-first: no candidate cluster left (worker-a100: never fits: pod set main: insufficient quota in flavor a100: cpu (requested 200, available 128); worker-cpu: never fits: pod set main: insufficient quota in flavor cpu: cpu (requested 200, available 128); worker-h100: never fits: pod set main: insufficient quota in flavor h100: cpu (requested 200, available 96)). worker-a100: can-ever-fit: never fits: pod set main: insufficient quota in flavor a100: cpu (requested 200, available 128); worker-h100: can-ever-fit: never fits: pod set main: insufficient quota in flavor h100: cpu (requested 200, available 96); worker-cpu: can-ever-fit: never fits: pod set main: insufficient quota in flavor cpu: cpu (requested 200, available 128)",
+        "nominated [none] by gpu-type-affinity+capacity-first: no candidate cluster left (worker-a100: never fits: pod set main: insufficient quota in flavor a100: cpu (requested 200, available 128); worker-cpu: never fits: pod set main: insufficient quota in flavor cpu: cpu (requested 200, available 128); worker-h100: never fits: pod set main: insufficient quota in flavor h100: cpu (requested 200, available 96))",
     ),
     # --- settings and algorithms ---------------------------------------------------------------
     Case(
