@@ -58,6 +58,7 @@ from dispatcher.kueue.eligibility import MULTIKUEUE_CONTROLLER
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "MAX_CONFIG_CLUSTERS",
     "MANAGER",
     "Candidate",
     "ClusterRegistry",
@@ -65,6 +66,9 @@ __all__ = [
     "WorkerState",
     "resolve_kubeconfig",
 ]
+
+MAX_CONFIG_CLUSTERS = 20
+"""Kueue's limit on a MultiKueueConfig's ``spec.clusters`` (and on a nomination, C19)."""
 
 MANAGER = ""
 """The cluster name callbacks use for the manager cluster."""
@@ -397,6 +401,15 @@ class ClusterRegistry:
         if config is None:
             return config_name, [], f"MultiKueueConfig {config_name} not found"
         clusters = [str(c) for c in (config.get("spec") or {}).get("clusters") or []]
+        if len(clusters) > MAX_CONFIG_CLUSTERS:
+            # Kueue's CRD refuses this; a manager served without the schema still gets a
+            # warning, and every listed cluster stays a candidate.
+            return (
+                config_name,
+                clusters,
+                f"MultiKueueConfig {config_name} spec.clusters: {len(clusters)} clusters, Kueue "
+                f"allows at most {MAX_CONFIG_CLUSTERS}; all are used as candidates",
+            )
         return config_name, clusters, ""
 
     def candidates(self, check: str) -> tuple[list[Candidate], str]:
