@@ -58,8 +58,8 @@ from dispatcher.kueue.eligibility import MULTIKUEUE_CONTROLLER
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "MAX_CONFIG_CLUSTERS",
     "MANAGER",
+    "MAX_CONFIG_CLUSTERS",
     "Candidate",
     "ClusterRegistry",
     "Worker",
