@@ -23,10 +23,11 @@ rest prefer H100 then A100 or state nothing), each running ``runSeconds`` unifor
 
 Faults (seeded with ``--seed``): on the manager and every worker, for the whole run, 1% of
 requests answer 500, 1% 503, 1% 429 with ``Retry-After: 1`` and 5% are delayed by 0.1-0.5 s.
-On top, an episode every ``--episode-seconds`` on average (exponential gaps), drawn with these
-weights: watch streams of one cluster dropped (3; abruptly or cleanly, 50/50), watches dropped
-with the next resumes answered 410 Expired (2), a worker down for 2-6 s then up (1), a worker
-slow (1 s per request) for 10 s (1), nothing (2; the draw that leaves the dispatcher alone).
+On top, an episode every ``--episode-seconds`` on average (exponential gaps), in rounds of nine
+in a seeded random order, with these counts per round: watch streams of one cluster dropped (3;
+abruptly or cleanly, 50/50), watches dropped with the next resumes answered 410 Expired (2), a
+worker down for 2-6 s then up (1), a worker slow (1 s per request) for 10 s (1), nothing (2;
+the draw that leaves the dispatcher alone).
 These faults hit every client of a cluster (the Kueue emulation and this script too), as a
 failing API server would; both retry.
 
@@ -380,15 +381,19 @@ def install_background(
 async def episodes(
     env: Environment, rng: random.Random, mean_gap: float, log: FaultLog, stop: anyio.Event
 ) -> None:
-    kinds = [kind for kind, _ in EPISODES]
-    weights = [weight for _, weight in EPISODES]
+    # Rounds of the weighted kinds in a seeded random order: every kind comes up in proportion
+    # (independent draws left a 30-minute run without a single worker-down).
+    round_: list[str] = []
     clusters = env.sandbox.clusters
     while not stop.is_set():
         with anyio.move_on_after(rng.expovariate(1.0 / mean_gap)):
             await stop.wait()
         if stop.is_set():
             return
-        kind = rng.choices(kinds, weights)[0]
+        if not round_:
+            round_ = [kind for kind, weight in EPISODES for _ in range(weight)]
+            rng.shuffle(round_)
+        kind = round_.pop()
         log.episodes[kind] += 1
         if kind == "watch-drop":
             rng.choice(clusters).drop_watches(abrupt=rng.random() < 0.5)
@@ -443,6 +448,7 @@ class Sample:
     dispatcher_errors: float
     queue_depth: float
     connected_workers: float
+    load1: float | None = None  # the machine's 1-minute load average (shared with others)
 
 
 @dataclass
@@ -532,6 +538,7 @@ class Sampler:
             dispatcher_errors=total(metrics, PREFIX + "errors_total"),
             queue_depth=total(metrics, PREFIX + "queue_depth"),
             connected_workers=connected,
+            load1=round(os.getloadavg()[0], 2),
         )
 
 
@@ -610,6 +617,7 @@ COLUMNS = (
     ("reserved", "resv.", "{}"),
     ("faults_fired", "faults", "{}"),
     ("episodes", "episodes", "{}"),
+    ("load1", "load", "{:.1f}"),
 )
 
 
