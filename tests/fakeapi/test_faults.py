@@ -255,6 +255,8 @@ BAD_FAULT_ARGS: dict[str, tuple[dict[str, Any], str]] = {
     "delay-none": ({"kind": "latency", "delay": None}, "'delay' must be a number"),
     "probability-above-one": ({"kind": "error", "probability": 1.5}, "within \\[0, 1\\]"),
     "probability-string": ({"kind": "error", "probability": "0.1"}, "'probability' must be"),
+    "bad-user-agent-regex": ({"kind": "error", "user_agent": "["}, "'user_agent'.*not a regular"),
+    "user-agent-not-a-string": ({"kind": "error", "user_agent": 7}, "'user_agent' must be a str"),
 }
 
 
@@ -931,3 +933,85 @@ async def test_f52_admin_drops_and_expires_watches_and_truncates_history(
     with pytest.raises(ApiException) as caught:
         await _watch_from(api, rv)
     assert caught.value.status == 410
+
+
+# --- F53/F54 extension: faults for one client (User-Agent) ----------------------------------------
+
+DISPATCHER_AGENT = "multikueue-dispatcher/0.1.0"
+EMULATOR_AGENT = "kueue-emulator"
+AGENT_CASES = {
+    "empty-matches-every-client": ("", {"dispatcher": 503, "emulator": 503}),
+    "anchored-prefix-of-one-client": (
+        r"^multikueue-dispatcher/",
+        {"dispatcher": 503, "emulator": 200},
+    ),
+    "searched-anywhere-in-the-header": (r"dispatcher", {"dispatcher": 503, "emulator": 200}),
+    "the-other-client": (r"^kueue-emulator$", {"dispatcher": 200, "emulator": 503}),
+    "no-client": (r"^kubectl/", {"dispatcher": 200, "emulator": 200}),
+}
+
+
+@pytest.mark.parametrize(("pattern", "expected"), list(AGENT_CASES.values()), ids=list(AGENT_CASES))
+async def test_f53_f54_fault_matches_user_agent_regex(
+    cluster: FakeCluster,
+    api: client.ApiClient,
+    admin: aiohttp.ClientSession,
+    pattern: str,
+    expected: dict[str, int],
+) -> None:
+    """F53/F54 extension: ``user_agent`` is a regular expression searched in the request's
+    ``User-Agent`` header (empty: every client), so a fault suite can fail one client's requests
+    and spare another's on the same cluster. Installed over the admin endpoint (the body becomes
+    ``Fault(**body)``), checked with real requests of two clients, counted only when it fires, and
+    the spared client's requests reach the server untouched (journal)."""
+    await _create(api, "a")
+    added = await _admin_json(
+        admin,
+        "POST",
+        "/faults",
+        {"kind": "error", "code": 503, "verbs": ["get"], "user_agent": pattern},
+        status=201,
+    )
+    assert added["user_agent"] == pattern
+    delay = cluster.faults.latency(0.001, verbs=("get",), user_agent=pattern)
+    cluster.journal.clear()
+    seen: dict[str, int] = {}
+    for client_name, agent in (("dispatcher", DISPATCHER_AGENT), ("emulator", EMULATOR_AGENT)):
+        api.user_agent = agent
+        try:
+            await _get(api, "a")
+        except ApiException as exc:
+            seen[client_name] = exc.status
+        else:
+            seen[client_name] = 200
+    assert seen == expected
+    [fault] = [f for f in await _admin_json(admin, "GET", "/faults") if f["id"] == added["id"]]
+    failed = list(expected.values()).count(503)
+    assert (fault["fired"], delay.fired) == (failed, failed)
+    journal = {e.user_agent: e.status for e in _journal(cluster, verb="get")}
+    assert journal == {
+        DISPATCHER_AGENT: expected["dispatcher"],
+        EMULATOR_AGENT: expected["emulator"],
+    }
+
+
+def test_f53_user_agent_fault_skips_other_clients_without_drawing() -> None:
+    """F53 extension: a probabilistic fault for one client neither fires on nor draws for the
+    other clients' requests, so the fraction applies to that client's requests exactly: the same
+    seed gives the same draws for the dispatcher whether or not other clients' requests
+    interleave."""
+
+    def dispatcher_codes(interleave: bool) -> list[int]:
+        faults = Faults(5)
+        faults.error(500, probability=0.1, user_agent=r"^multikueue-dispatcher/")
+        codes = []
+        for _ in range(500):
+            if interleave:
+                assert faults.pick("get", "/api/v1/secrets", EMULATOR_AGENT) == (0.0, None)
+            _, picked = faults.pick("get", "/api/v1/secrets", DISPATCHER_AGENT)
+            codes.append(picked.code if picked is not None else 200)
+        return codes
+
+    alone = dispatcher_codes(interleave=False)
+    assert dispatcher_codes(interleave=True) == alone
+    assert 25 <= alone.count(500) <= 75, alone.count(500)  # 10% of 500, seeded

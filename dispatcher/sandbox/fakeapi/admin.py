@@ -39,6 +39,8 @@ _FAULT_FIELDS = {
     "retry_after",
     "delay",
     "jitter",
+    "probability",
+    "user_agent",
 }
 
 

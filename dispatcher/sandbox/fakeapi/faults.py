@@ -21,12 +21,16 @@ class Fault:
     ``count`` None means "until cleared". ``fired`` counts how often it was used (F58).
     ``probability`` below 1 makes the fault apply to that fraction of matching requests only,
     drawn from the cluster's seeded random source (an extension of F53/F54 for "10% of requests
-    fail" fault suites); a request it spares does not count as fired.
+    fail" fault suites); a request it spares does not count as fired. ``user_agent`` (another
+    extension) restricts the fault to clients whose ``User-Agent`` header it matches (a regular
+    expression searched in the header; empty matches every client), so that a fault suite can
+    target one client (the dispatcher) among several on the same cluster (the emulated Kueue).
     """
 
     kind: str  # "error" or "latency"
     verbs: tuple[str, ...] = ()  # empty: every verb
     path: str = ""  # regular expression searched in the request path; empty matches all
+    user_agent: str = ""  # regular expression searched in the User-Agent header; empty: all
     count: int | None = None
     code: int = 500
     message: str = ""
@@ -54,18 +58,16 @@ class Fault:
                 raise ValueError(f"fault field {name!r} must be a number, not {value!r}")
         if not 0.0 <= self.probability <= 1.0:
             raise ValueError(f"fault probability must be within [0, 1], not {self.probability!r}")
-        try:
-            self._pattern = re.compile(self.path) if self.path else None
-        except re.error as exc:
-            raise ValueError(
-                f"fault path {self.path!r} is not a regular expression: {exc}"
-            ) from exc
+        self._pattern = _regex("path", self.path)
+        self._agent = _regex("user_agent", self.user_agent)
 
-    def matches(self, verb: str, path: str) -> bool:
+    def matches(self, verb: str, path: str, user_agent: str = "") -> bool:
         """Whether this fault applies to a request and still has uses left."""
         if self.count is not None and self.fired >= self.count:
             return False
         if self.verbs and verb not in self.verbs:
+            return False
+        if self._agent is not None and self._agent.search(user_agent) is None:
             return False
         return self._pattern is None or self._pattern.search(path) is not None
 
@@ -74,6 +76,18 @@ class Fault:
         data = asdict(self)
         data["verbs"] = list(self.verbs)
         return data
+
+
+def _regex(name: str, value: object) -> re.Pattern[str] | None:
+    """The compiled pattern of a fault field (None when empty); a ValueError names the field."""
+    if not isinstance(value, str):
+        raise ValueError(f"fault field {name!r} must be a string, not {value!r}")
+    try:
+        return re.compile(value) if value else None
+    except re.error as exc:
+        raise ValueError(
+            f"fault field {name!r}: {value!r} is not a regular expression: {exc}"
+        ) from exc
 
 
 @dataclass(frozen=True)
@@ -113,13 +127,16 @@ class Faults:
         message: str = "",
         retry_after: int | None = None,
         probability: float = 1.0,
+        user_agent: str = "",
     ) -> Fault:
-        """Fail matching requests with ``code`` (F53); ``probability`` < 1 fails that fraction."""
+        """Fail matching requests with ``code`` (F53); ``probability`` < 1 fails that fraction;
+        ``user_agent`` (a regular expression) restricts it to matching clients."""
         return self.add(
             Fault(
                 "error",
                 verbs=verbs,
                 path=path,
+                user_agent=user_agent,
                 count=count,
                 code=code,
                 message=message,
@@ -137,13 +154,16 @@ class Faults:
         path: str = "",
         count: int | None = None,
         probability: float = 1.0,
+        user_agent: str = "",
     ) -> Fault:
-        """Delay matching requests (F54); ``probability`` < 1 delays that fraction."""
+        """Delay matching requests (F54); ``probability`` < 1 delays that fraction;
+        ``user_agent`` (a regular expression) restricts it to matching clients."""
         return self.add(
             Fault(
                 "latency",
                 verbs=verbs,
                 path=path,
+                user_agent=user_agent,
                 count=count,
                 delay=delay,
                 jitter=jitter,
@@ -167,12 +187,12 @@ class Faults:
         """Current faults."""
         return list(self._faults)
 
-    def pick(self, verb: str, path: str) -> tuple[float, Fault | None]:
+    def pick(self, verb: str, path: str, user_agent: str = "") -> tuple[float, Fault | None]:
         """The delay to add and the error fault to answer with, counting their use."""
         delay = 0.0
         error: Fault | None = None
         for fault in self._faults:
-            if not fault.matches(verb, path):
+            if not fault.matches(verb, path, user_agent):
                 continue
             if fault.kind == "error" and error is not None:
                 continue  # an earlier error answers: do not draw or count this one

@@ -460,7 +460,7 @@ class FakeCluster:
     async def _fault_middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         verb = _verb_of(request)
         request[VERB] = verb
-        delay, fault = self.faults.pick(verb, request.path)
+        delay, fault = self.faults.pick(verb, request.path, request.headers.get("User-Agent", ""))
         if delay:
             await asyncio.sleep(delay)
         if fault is not None:
