@@ -341,6 +341,18 @@ class Informer:
         """Every cached object (copies)."""
         return [copy.deepcopy(o) for _, o in sorted(self.objects.items())]
 
+    def values(self) -> list[Obj]:
+        """Every cached object, in key order, **not copied: read-only**.
+
+        For hot read-only paths (a controller's pass over the whole cache), where
+        :meth:`items` would deep-copy every object on every pass. The informer replaces a
+        cached object on each change and never modifies one in place, so a caller may keep
+        these across awaits (they go stale like copies, never change under it), but must not
+        modify them or anything inside them: copy the part it means to change (a patch built
+        from an object copies what it takes, or only references it for serialisation).
+        """
+        return [o for _, o in sorted(self.objects.items())]
+
     def _notify(self, kind: str, obj: Obj) -> None:
         if self.on_change is not None:
             self.on_change(kind, obj)

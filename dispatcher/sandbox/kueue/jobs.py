@@ -394,10 +394,15 @@ class JobAdapter(Controller):
         """One pass over every Job and every Job-owned Workload."""
         if not self._synced():
             return 0.05
-        jobs = self.conn.cache(JOBS).items()
+        # The cached objects themselves (Informer.values, read-only): every path below only
+        # reads them and builds new patch bodies (job_pod_sets copies the template it takes,
+        # _with_condition copies the conditions it changes, _complete_job rebinds ``job`` to a
+        # new dict). Deep copies of both whole caches on every pass, on every cluster, were the
+        # emulation's main cost in bursts (O(objects) per change).
+        jobs = self.conn.cache(JOBS).values()
         workloads = {
             (w["metadata"]["namespace"], w["metadata"]["name"]): w
-            for w in self.conn.cache(WORKLOADS).items()
+            for w in self.conn.cache(WORKLOADS).values()
         }
         owned: dict[tuple[str, str], Obj] = {}
         for wl in workloads.values():

@@ -321,8 +321,9 @@ class RemoteCluster:
         return self.workloads.get(key[1], key[0])
 
     def job_of(self, key: Key) -> Obj | None:
-        """The cached Job created on this worker for a manager Workload, if any."""
-        for job in self.jobs.items():
+        """The cached Job created on this worker for a manager Workload, if any (the cached
+        object itself: read-only)."""
+        for job in self.jobs.values():
             meta = job.get("metadata") or {}
             if (
                 meta.get("namespace") == key[0]
@@ -950,7 +951,7 @@ class WorkloadController(_Loop):
             return None
         if self._all:
             self._all = False
-            keys = {_key(o) for o in self.conn.cache(WORKLOADS).items()} | set(self._deleted)
+            keys = {_key(o) for o in self.conn.cache(WORKLOADS).values()} | set(self._deleted)
             keys |= self._keys
         else:
             keys = set(self._keys)
