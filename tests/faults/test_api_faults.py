@@ -3,11 +3,11 @@
 Both tests run the real dispatcher against the sandbox (fake API servers over HTTPS with the
 real Kueue v0.19.2 CRDs, the emulated Kueue) and inject faults on the manager cluster only.
 
-What the fault hooks can and cannot target: a fault matches a request's verb and path, not its
-client, so the faults here also hit the emulated Kueue wherever it uses the same verbs and
-paths as the dispatcher (Workload status writes, the watches and lists of Kueue's kinds, Event
-creation). The burst therefore also shows the emulator's tolerance. The test's own submissions
-(Workload creates) are not faulted.
+The faults match the request's verb, path and client: only requests whose User-Agent is the
+dispatcher's (``dispatcher.k8s.client.USER_AGENT``) are faulted, so "10% of the dispatcher's
+requests" is exact and the emulated Kueue, which uses the same verbs and paths (Workload status
+writes, watches and lists of Kueue's kinds, Event creation), and the test's own submissions are
+never faulted.
 
 A latency fault holds a request before the server reads its body: a write whose client gave up
 is never applied (the journal records it as 500, connection lost), so "applied on the server but
@@ -17,6 +17,7 @@ timed out on the client" is not exercised here.
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections import Counter
 from pathlib import Path
@@ -38,8 +39,9 @@ from faults_api_kit import (
     write_counts,
 )
 
+from dispatcher.k8s.client import USER_AGENT
 from dispatcher.sandbox.environment import environment
-from dispatcher.sandbox.fakeapi.faults import Fault, Faults, Journal
+from dispatcher.sandbox.fakeapi.faults import Fault, Faults, Journal, JournalEntry
 from dispatcher.sandbox.testkit import NominationRecorder, scrape
 from dispatcher.sandbox.topology import default_topology
 
@@ -47,11 +49,11 @@ pytestmark = pytest.mark.faults
 
 STUCK_SERIES = "multikueue_dispatcher_stuck_workloads_total"
 
-# Size of the burst. Issue 8 asks for >= 500; the sandbox cannot carry that in bounded time on
-# the shared 2-CPU machine (measured: 500 took 304 s to dispatch on a quiet machine, 200 took
-# 105 s; the emulated Kueue's full-cache copies per pass dominate, the dispatcher is a small
-# share), so CI runs 100 and `FAULTS_API_BURST=500` runs the issue's size.
-BURST = int(os.environ.get("FAULTS_API_BURST", "100"))
+# Size of the burst: issue 8 asks for >= 500. Measured on the shared 2-CPU machine (whole test,
+# 1-2 other processes running): 100 in 18 s, 250 in 41 s, 500 in 58-92 s, since the emulated
+# Kueue reads its caches without copying them (Informer.values) and the faults spare it (user
+# agent); before, 500 took 371 s. `FAULTS_API_BURST=<n>` overrides it (e.g. 100 for a quick run).
+BURST = int(os.environ.get("FAULTS_API_BURST", "500"))
 REQUEST_TIMEOUT = 2.0  # the dispatcher's manager request timeout in this test (seconds)
 HANG = 5.0  # delay of the "time out" fault: longer than REQUEST_TIMEOUT
 RETRY_AFTER = 1  # seconds, on the 429 answers
@@ -65,6 +67,7 @@ READS_AND_WRITES = (
 )
 READ_WRITE_VERBS = ("get", "list", "watch", "patch")
 EVENTS = r"/events$"
+DISPATCHER = f"^{re.escape(USER_AGENT)}$"  # the faults' client: the dispatcher only
 
 # Per-code probability of one request; together about 10% of the matching requests.
 ERRORS = {500: 0.03, 503: 0.03, 429: 0.02}
@@ -84,12 +87,22 @@ def _faults(cluster: Any) -> dict[str, list[Fault]]:
                     probability=probability,
                     retry_after=RETRY_AFTER if code == 429 else None,
                     message=f"injected {code}",
+                    user_agent=DISPATCHER,
                 )
             )
         installed.setdefault("timeout", []).append(
-            cluster.faults.latency(HANG, verbs=verbs, path=path, probability=TIMEOUTS)
+            cluster.faults.latency(
+                HANG, verbs=verbs, path=path, probability=TIMEOUTS, user_agent=DISPATCHER
+            )
         )
     return installed
+
+
+def _faultable(entry: JournalEntry) -> bool:
+    """Whether the fault mix matches a request by its verb and path (any client)."""
+    if entry.verb in READ_WRITE_VERBS and re.search(READS_AND_WRITES, entry.path):
+        return True
+    return entry.verb == "create" and re.search(EVENTS, entry.path) is not None
 
 
 async def test_manager_api_faults_during_a_burst(
@@ -146,6 +159,12 @@ async def test_manager_api_faults_during_a_burst(
         dispatched_in = time.monotonic() - started
         fired = {label: sum(f.fired for f in group) for label, group in faults.items()}
         manager.faults.clear()
+        # The dispatcher's requests while the faults were installed, and those they match.
+        journal = manager.journal.entries()
+        during = [e for e in journal if e.user_agent == USER_AGENT]
+        matching = [e for e in during if _faultable(e)]
+        # Other clients (the emulated Kueue, the test's submissions) are never faulted.
+        spared = [e for e in journal if e.user_agent != USER_AGENT and e.status in ERRORS]
 
         # None stuck after the faults stop: the dispatcher's queue drains, every Workload
         # keeps its clusterName, and the C43 detector never fired.
@@ -168,7 +187,6 @@ async def test_manager_api_faults_during_a_burst(
         entries = manager.journal.entries()
         attempts = status_writes_by_workload(entries, "multikueue-dispatcher")
         by_client = answers_by_client(entries, tuple(ERRORS))
-        sent = sum(1 for e in entries if e.user_agent.startswith("multikueue-dispatcher"))
         failures = Counter(r.status for r in retries.retries)
 
         figures.record("workloads submitted", BURST)
@@ -178,9 +196,25 @@ async def test_manager_api_faults_during_a_burst(
         for label, count in sorted(by_client.items()):
             # 500 also counts writes abandoned by their client during an injected delay.
             figures.record(f"answered {label}", count)
-        figures.record("dispatcher requests to the manager", sent)
-        failed = sum(c for k, c in by_client.items() if k.endswith(" to multikueue-dispatcher"))
-        figures.record("dispatcher requests answered 500/503/429", 100 * failed / sent, "%")
+        # The shares, over the dispatcher's requests while the faults were installed: injected
+        # errors and delays counted where they fired (exact), and what the journal recorded as
+        # answered 500/503/429 (also counting delayed writes their client abandoned, as 500).
+        errors_fired = sum(fired[str(code)] for code in ERRORS)
+        answered = sum(1 for e in matching if e.status in ERRORS)
+        figures.record("dispatcher requests to the manager (faults on)", len(during))
+        figures.record("of those, matching the faults (verb, path)", len(matching))
+        figures.record(
+            "matching requests failed 500/503/429", 100 * errors_fired / len(matching), "%"
+        )
+        figures.record(
+            "matching requests delayed past the timeout",
+            100 * fired["timeout"] / len(matching),
+            "%",
+        )
+        figures.record(
+            "matching requests answered 500/503/429", 100 * answered / len(matching), "%"
+        )
+        figures.record("other clients' requests answered 500/503/429", len(spared))
         for status, count in sorted(failures.items()):
             figures.record(f"dispatcher reconcile failures: {status or 'timeout'}", count)
         figures.record("duplicate nomination writes (workloads)", len(duplicates))
@@ -199,6 +233,7 @@ async def test_manager_api_faults_during_a_burst(
 
         assert sum(fired.values()) > 0.05 * BURST, fired  # the faults really fired
         assert all(count > 0 for count in fired.values()), fired
+        assert not spared, spared[:5]
         assert not unplaced, unplaced[:10]
         assert not missing_copies, missing_copies[:10]
         assert not twice, {n: copies[n] for n in twice[:10]}
