@@ -52,7 +52,6 @@ import os
 import platform
 import random
 import shutil
-import socket
 import statistics
 import sys
 import tempfile
@@ -66,14 +65,22 @@ import aiohttp
 import anyio
 import anyio.abc
 import psutil
-from prometheus_client.parser import text_string_to_metric_families
 
 from dispatcher.sandbox.environment import DISPATCHER_NAME, Environment, environment
 from dispatcher.sandbox.fakeapi.faults import Fault, Faults
 from dispatcher.sandbox.fakeapi.server import FakeCluster
 from dispatcher.sandbox.kubeclient import JOBS, WORKLOADS, KubeError
 from dispatcher.sandbox.kueue_crds import kueue_crds_dir
-from dispatcher.sandbox.testkit import A100, H100, cluster_of, cpu_jobs, gpu_job, job_name
+from dispatcher.sandbox.testkit import (
+    A100,
+    H100,
+    cluster_of,
+    cpu_jobs,
+    free_port,
+    gpu_job,
+    job_name,
+    scrape_url,
+)
 from dispatcher.sandbox.topology import default_topology
 
 PREFIX = "multikueue_dispatcher_"
@@ -99,13 +106,6 @@ EPISODES = (
 
 
 # --- the dispatcher process ---------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 @dataclass
@@ -180,20 +180,6 @@ async def stop_dispatcher(dispatcher: Dispatcher) -> int:
             await dispatcher.process.wait()
     code = dispatcher.process.returncode
     return -1 if code is None else code
-
-
-async def scrape(
-    session: aiohttp.ClientSession, url: str
-) -> dict[str, list[tuple[dict[str, str], float]]]:
-    """Samples of ``/metrics`` by sample name."""
-    async with session.get(url) as response:
-        response.raise_for_status()
-        text = await response.text()
-    samples: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            samples.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
-    return samples
 
 
 def total(samples: dict[str, list[tuple[dict[str, str], float]]], name: str) -> float:
@@ -467,7 +453,7 @@ class Sampler:
         self.process = psutil.Process(self.dispatcher.pid)
 
     async def take(self) -> Sample:
-        metrics = await scrape(self.session, self.dispatcher.metrics_url)
+        metrics = await scrape_url(self.session, self.dispatcher.metrics_url)
         now = time.monotonic()
         proc = self.process
         with proc.oneshot():
@@ -771,7 +757,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 await cluster.up()
             drained = await drain(env, flow, args.drain_seconds)
             async with aiohttp.ClientSession() as session:
-                final = await scrape(session, dispatcher.metrics_url)
+                final = await scrape_url(session, dispatcher.metrics_url)
             code = await stop_dispatcher(dispatcher)
         logs = log_summary(log_path)
         analysis = analyse(samples)

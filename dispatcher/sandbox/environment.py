@@ -154,14 +154,9 @@ async def environment(
         await sandbox.stop()
 
 
-async def start_dispatcher(
-    env: Environment,
-    group: anyio.abc.TaskGroup,
-    dispatcher_name: str,
-    overrides: Mapping[str, Any],
-) -> Manager:
-    """Run the real manager process in ``group``; returns once it serves its probes."""
-    kubeconfig = env.sandbox.kubeconfig_path(env.sandbox.manager)
+def dispatcher_flags(dispatcher_name: str, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """Settings of a dispatcher run in the sandbox's event loop: no leader election, probes and
+    metrics on free loopback ports, text logs, a 5 s resync; ``overrides`` win."""
     flags: dict[str, Any] = {
         "dispatcher_name": dispatcher_name,
         "leader_election.enabled": False,
@@ -171,6 +166,18 @@ async def start_dispatcher(
         "resync_seconds": 5.0,
     }
     flags.update(overrides)
+    return flags
+
+
+async def start_dispatcher(
+    env: Environment,
+    group: anyio.abc.TaskGroup,
+    dispatcher_name: str,
+    overrides: Mapping[str, Any],
+) -> Manager:
+    """Run the real manager process in ``group``; returns once it serves its probes."""
+    kubeconfig = env.sandbox.kubeconfig_path(env.sandbox.manager)
+    flags = dispatcher_flags(dispatcher_name, overrides)
     settings = load_settings(flags, None)
     started = anyio.Event()
 

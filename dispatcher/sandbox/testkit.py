@@ -9,6 +9,7 @@ script; sandbox-only (it drives fake API servers through their Python API).
 from __future__ import annotations
 
 import base64
+import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from dispatcher.app.manager import Manager, run_manager
 from dispatcher.app.settings import load_settings
-from dispatcher.sandbox.environment import DISPATCHER_NAME, Environment
+from dispatcher.sandbox.environment import DISPATCHER_NAME, Environment, dispatcher_flags
 from dispatcher.sandbox.fakeapi.admission import (
     AdmissionRequest,
     Denied,
@@ -134,15 +135,7 @@ async def start_replica(
     """Start the real manager process (as ``start_dispatcher`` does) under its own cancel
     scope; ``release_on_cancel=False`` keeps the Lease on cancellation, as a killed process."""
     kubeconfig = env.sandbox.kubeconfig_path(env.sandbox.manager)
-    flags: dict[str, Any] = {
-        "dispatcher_name": dispatcher_name,
-        "leader_election.enabled": False,
-        "health_address": "127.0.0.1:0",
-        "metrics_address": "127.0.0.1:0",
-        "log_format": "text",
-        "resync_seconds": 5.0,
-    }
-    flags.update(overrides or {})
+    flags = dispatcher_flags(dispatcher_name, overrides or {})
     settings = load_settings(flags, None)
     started = anyio.Event()
     stopped = anyio.Event()
@@ -304,17 +297,31 @@ def b64(text: str) -> str:
 async def scrape(manager: Manager) -> dict[str, list[tuple[dict[str, str], float]]]:
     """``GET /metrics`` on the manager's metrics address: samples by sample name."""
     host, port = manager.bound.metrics
-    async with (
-        aiohttp.ClientSession() as session,
-        session.get(f"http://{host or '127.0.0.1'}:{port}/metrics") as response,
-    ):
-        assert response.status == 200
+    async with aiohttp.ClientSession() as session:
+        return await scrape_url(session, f"http://{host or '127.0.0.1'}:{port}/metrics")
+
+
+Samples = dict[str, list[tuple[dict[str, str], float]]]
+
+
+async def scrape_url(session: aiohttp.ClientSession, url: str) -> Samples:
+    """``GET url`` (a Prometheus text exposition): samples by sample name, with labels."""
+    async with session.get(url) as response:
+        response.raise_for_status()
         text = await response.text()
-    samples: dict[str, list[tuple[dict[str, str], float]]] = {}
+    samples: Samples = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             samples.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
     return samples
+
+
+def free_port() -> int:
+    """A free loopback port (for a process that needs its port on the command line)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
 
 
 async def dispatcher_events(env: Environment, reason: str | None = None) -> list[Obj]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -18,16 +17,10 @@ import pytest
 import yaml
 from kubernetes_asyncio import client, config, watch
 
+from dispatcher.sandbox.testkit import free_port
 from dispatcher.sandbox.topology import parse_workload_lines, workload_object
 
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 @contextmanager

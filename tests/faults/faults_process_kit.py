@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ import anyio
 from dispatcher.sandbox.environment import DISPATCHER_NAME, Environment
 from dispatcher.sandbox.fakeapi.admission import AdmissionRequest, Match, ValidatingHook
 from dispatcher.sandbox.fakeapi.server import FakeCluster
-from dispatcher.sandbox.testkit import NominationRecorder, cluster_of
+from dispatcher.sandbox.testkit import NominationRecorder, cluster_of, free_port
 
 WORKERS = ("worker-a100", "worker-h100", "worker-cpu")
 
@@ -32,14 +31,6 @@ LEASE_ENV = {
     "DISPATCHER_LEADER_ELECTION__RETRY_PERIOD_SECONDS": "0.5",
 }
 LEASE_SECONDS = 3.0
-
-
-def free_port() -> int:
-    """A free loopback port."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 @dataclass
