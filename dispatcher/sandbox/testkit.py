@@ -9,7 +9,9 @@ script; sandbox-only (it drives fake API servers through their Python API).
 from __future__ import annotations
 
 import base64
+import os
 import socket
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -333,3 +335,14 @@ async def dispatcher_events(env: Environment, reason: str | None = None) -> list
         if (e.get("source") or {}).get("component") == "multikueue-dispatcher"
         and (reason is None or e.get("reason") == reason)
     ]
+
+
+async def run_cli_process(argv: list[str]) -> tuple[int, str, str]:
+    """``python -m dispatcher ARGV`` as its own process, as an operator runs it: exit code,
+    stdout, stderr. (In-process, a command's short-lived event loop may end before its TLS
+    connections finish closing; a process exits instead.)"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DISPATCHER_")}
+    done = await anyio.run_process(
+        [sys.executable, "-m", "dispatcher", *argv], check=False, env=env
+    )
+    return done.returncode, done.stdout.decode(), done.stderr.decode()

@@ -8,8 +8,6 @@ import base64
 import contextlib
 import io
 import logging
-import os
-import sys
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -176,17 +174,6 @@ def run_cli(argv: list[str]) -> tuple[int, str, str]:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = cli_main(argv)
     return code, out.getvalue(), err.getvalue()
-
-
-async def run_cli_process(argv: list[str]) -> tuple[int, str, str]:
-    """``python -m dispatcher ARGV`` as its own process, as an operator runs it: exit code,
-    stdout, stderr. (In-process, a command's short-lived event loop may end before its TLS
-    connections finish closing; a process exits instead.)"""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DISPATCHER_")}
-    done = await anyio.run_process(
-        [sys.executable, "-m", "dispatcher", *argv], check=False, env=env
-    )
-    return done.returncode, done.stdout.decode(), done.stderr.decode()
 
 
 class LogCapture(logging.Handler):

@@ -44,7 +44,6 @@ from badinput_kit import (
     mutate_kubeconfig,
     pod_set,
     run_cli,
-    run_cli_process,
     schema_less_dispatcher,
     workload,
 )
@@ -65,6 +64,7 @@ from dispatcher.sandbox.testkit import (
     decoded_kubeconfig,
     gpu_job,
     placed_all,
+    run_cli_process,
     worker_secret,
 )
 from dispatcher.sandbox.topology import KUEUE_NAMESPACE, default_topology

@@ -3,12 +3,8 @@ live in :mod:`dispatcher.sandbox.testkit`."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import re
 from pathlib import Path
-
-from dispatcher.cli import main as cli_main
 
 METRICS_DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
@@ -19,13 +15,3 @@ def documented_series() -> dict[str, str]:
         r"^\| `(multikueue_dispatcher_\w+)` \| (\w+) \|", METRICS_DOC.read_text(), re.M
     )
     return dict(found)
-
-
-def run_cli(argv: list[str]) -> tuple[int, str]:
-    """``multikueue-dispatcher ARGV`` in-process (it calls ``anyio.run``: call this from a
-    worker thread); returns the exit code and what it printed. Not capsys: the dispatcher's
-    log handler keeps the stream it was configured with, which capsys would close."""
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        code = cli_main(argv)
-    return code, out.getvalue()

@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import pytest
 import yaml
-from e2e_helpers import documented_series, run_cli
+from e2e_helpers import documented_series
 
 from dispatcher.sandbox.environment import environment
 from dispatcher.sandbox.fakeapi.faults import Fault
@@ -29,6 +29,7 @@ from dispatcher.sandbox.testkit import (
     nominated,
     placed_all,
     replace_secret_data,
+    run_cli_process,
     scrape,
     start_replica,
     worker_secret,
@@ -414,8 +415,8 @@ async def test_metrics_show_documented_series_and_explain_prints_verdicts(
             "--sync-timeout",
             "10",
         ]
-        code, out = await anyio.to_thread.run_sync(run_cli, argv)
-        assert code == 0, out
+        code, out, err = await run_cli_process(argv)
+        assert code == 0, out + err
         assert f"workload {waiting['namespace']}/{waiting['name']}" in out
         assert "Nominated" in out  # the last decision's Event
         assert "#0 worker-h100: kept" in out
