@@ -18,17 +18,13 @@ are not the dispatcher's grants and are not held to these rules.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from deploy_helpers import MANIFESTS, build
 
-ROOT = Path(__file__).resolve().parents[2]
-MANIFESTS = ROOT / "manifests"
 KUEUE_NAMESPACE = "kueue-system"
 DISPATCHER_NAMESPACE = "multikueue-dispatcher-system"
 READ = {"get", "list", "watch"}
@@ -40,24 +36,6 @@ KUEUE_OWN = {"multikueue-sa-role", "multikueue-sa-crb"}
 RBAC_KINDS = ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
 
 Obj = dict[str, Any]
-
-
-def _kubectl() -> str:
-    beside = Path(sys.executable).parent / "kubectl"
-    return str(beside) if beside.exists() else "kubectl"
-
-
-def build(directory: Path) -> list[Obj]:
-    """``kubectl kustomize DIR`` (the kubectl of the test extra)."""
-    result = subprocess.run(
-        [_kubectl(), "kustomize", str(directory)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
-    assert result.returncode == 0, f"kubectl kustomize {directory}: {result.stderr}"
-    return [d for d in yaml.safe_load_all(result.stdout) if d]
 
 
 def _name(obj: Obj) -> str:
