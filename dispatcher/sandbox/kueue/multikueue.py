@@ -271,24 +271,22 @@ class RemoteCluster:
         self.source = source  # the kubeconfig text, to notice a rotation
         self.client = KubeClient(kubeconfig, user_agent=USER_AGENT)
         self._on_change = on_change
-        self.workloads = Informer(
-            self.client,
-            WORKLOADS,
-            self._changed,
-            label_selector=f"{ORIGIN_LABEL}={origin}",
-            initial_backoff=reconnect_base_seconds,
-            max_backoff=reconnect_base_seconds * 2 ** (RECONNECT_MAX_STEPS - 1),
-        )
+
+        def ours(resource: Resource, on_change: Callable[[str, Obj], None]) -> Informer:
+            """An informer of the objects this manager put on the worker (origin label)."""
+            return Informer(
+                self.client,
+                resource,
+                on_change,
+                label_selector=f"{ORIGIN_LABEL}={origin}",
+                initial_backoff=reconnect_base_seconds,
+                max_backoff=reconnect_base_seconds * 2 ** (RECONNECT_MAX_STEPS - 1),
+            )
+
+        self.workloads = ours(WORKLOADS, self._changed)
         # Jobs created on this worker for the manager's Jobs (C28 step 2): their status changes
         # are synced back to the manager Job (C25), so they wake the owning Workload's key.
-        self.jobs = Informer(
-            self.client,
-            JOBS,
-            self._job_changed,
-            label_selector=f"{ORIGIN_LABEL}={origin}",
-            initial_backoff=reconnect_base_seconds,
-            max_backoff=reconnect_base_seconds * 2 ** (RECONNECT_MAX_STEPS - 1),
-        )
+        self.jobs = ours(JOBS, self._job_changed)
         self.failed_attempts = 0
         self._tasks: list[asyncio.Task[None]] = []
 
