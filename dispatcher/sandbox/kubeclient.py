@@ -131,9 +131,14 @@ class KubeClient:
         self._user_agent = user_agent
         self._timeout = timeout
         self._session: aiohttp.ClientSession | None = None
+        self._closed = False
 
     def _http(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
+        if self._closed:
+            # A stopped remote may still be referenced by a reconcile in flight: fail like an
+            # unreachable cluster instead of opening a pool nobody will close.
+            raise aiohttp.ClientConnectionError(f"client for {self.server} is closed")
+        if self._session is None:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(ssl=self._tls if self._tls else False),
                 headers={
@@ -145,7 +150,8 @@ class KubeClient:
         return self._session
 
     async def close(self) -> None:
-        """Close the connection pool."""
+        """Close the connection pool; later requests fail with ``ClientConnectionError``."""
+        self._closed = True
         if self._session is not None:
             await self._session.close()
             self._session = None
