@@ -247,6 +247,7 @@ class SchemaLess:
     api: KubeApi
     registry: ClusterRegistry
     nominator: Nominator
+    workers: dict[str, FakeCluster] = field(default_factory=dict)
     changed: anyio.Event = field(default_factory=anyio.Event)
     reconciles: dict[str, int] = field(default_factory=dict)
 
@@ -279,41 +280,60 @@ class SchemaLess:
         return [e for e in listed.items if e["involvedObject"]["name"] == name]
 
 
+async def _worker_cluster(api: KubeApi, name: str, worker: FakeCluster) -> None:
+    """Register ``worker`` on the manager as Kueue would see it: Secret, MultiKueueCluster
+    reported Active."""
+    await api.create(
+        SECRETS,
+        kubeconfig_secret(f"{name}-kubeconfig", kubeconfig_data(worker.kubeconfig)),
+        namespace=NS,
+    )
+    await api.create(MULTIKUEUE_CLUSTERS, multikueue_cluster(name, f"{name}-kubeconfig"))
+    await set_active(api, name, True)
+
+
+async def set_active(api: KubeApi, name: str, active: bool) -> None:
+    """Set the MultiKueueCluster's ``Active`` condition as Kueue reports it."""
+    await api.request(
+        "PATCH",
+        MULTIKUEUE_CLUSTERS.path(None, name) + "/status",
+        body={
+            "status": {
+                "conditions": [
+                    {
+                        "type": "Active",
+                        "status": "True" if active else "False",
+                        "reason": "Active" if active else "ClientConnectionFailed",
+                        "message": "Connected" if active else "test",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z",
+                    }
+                ]
+            }
+        },
+        content_type=MERGE,
+    )
+
+
 @contextlib.asynccontextmanager
 async def schema_less_dispatcher(
     decide: Callable[[DispatchRequest, Sequence[ClusterSnapshot]], Decision] = first_active,
+    workers: Sequence[str] = ("w1",),
 ) -> AsyncIterator[SchemaLess]:
-    async with (
-        FakeCluster("manager", resources=KUEUE_SHORT_FORMS) as manager,
-        FakeCluster("w1", resources=KUEUE_SHORT_FORMS) as worker,
-        await KubeApi.from_kubeconfig(manager.kubeconfig, name="manager") as api,
-    ):
+    async with contextlib.AsyncExitStack() as stack:
+        manager = await stack.enter_async_context(
+            FakeCluster("manager", resources=KUEUE_SHORT_FORMS)
+        )
+        clusters = {
+            name: await stack.enter_async_context(FakeCluster(name, resources=KUEUE_SHORT_FORMS))
+            for name in workers
+        }
+        api = await stack.enter_async_context(
+            await KubeApi.from_kubeconfig(manager.kubeconfig, name="manager")
+        )
         await api.create(NAMESPACES, {"metadata": {"name": NS}})
-        await api.create(
-            SECRETS,
-            kubeconfig_secret("w1-kubeconfig", kubeconfig_data(worker.kubeconfig)),
-            namespace=NS,
-        )
-        await api.create(MULTIKUEUE_CLUSTERS, multikueue_cluster("w1", "w1-kubeconfig"))
-        await api.request(
-            "PATCH",
-            MULTIKUEUE_CLUSTERS.path(None, "w1") + "/status",
-            body={
-                "status": {
-                    "conditions": [
-                        {
-                            "type": "Active",
-                            "status": "True",
-                            "reason": "Active",
-                            "message": "Connected",
-                            "lastTransitionTime": "2026-01-01T00:00:00Z",
-                        }
-                    ]
-                }
-            },
-            content_type=MERGE,
-        )
-        await api.create(MULTIKUEUE_CONFIGS, multikueue_config("multikueue", ["w1"]))
+        for name, worker in clusters.items():
+            await _worker_cluster(api, name, worker)
+        await api.create(MULTIKUEUE_CONFIGS, multikueue_config("multikueue", list(workers)))
         await api.create(
             ADMISSION_CHECKS,
             {
@@ -348,7 +368,7 @@ async def schema_less_dispatcher(
             decide,
             config=ControllerConfig(resync_seconds=0.5, sync_grace_seconds=5.0),
         )
-        env = SchemaLess(manager, worker, api, registry, nominator)
+        env = SchemaLess(manager, clusters[workers[0]], api, registry, nominator, clusters)
         reconcile = nominator.reconcile
 
         async def counted(key: str) -> None:
@@ -369,7 +389,11 @@ async def schema_less_dispatcher(
         async with anyio.create_task_group() as group:
             await group.start(registry.run)
             group.start_soon(nominator.run)
-            await env.wait(lambda: registry.workers.get("w1") is not None)
-            await env.wait(lambda: registry.workers["w1"].connected)
+            for name in workers:
+                await env.wait(
+                    lambda n=name: (
+                        registry.workers.get(n) is not None and registry.workers[n].connected
+                    )
+                )
             yield env
             group.cancel_scope.cancel()

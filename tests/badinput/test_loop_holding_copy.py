@@ -1,0 +1,75 @@
+"""The nomination loop and copies that already hold quota on a worker (contract C18, C28, C32),
+on the loop harness of the bad-input catalogue: the real registry and Nominator on fake API
+servers without Kueue's schema, a stand-in decision function, no Kueue.
+
+Kueue admits the first copy that reaches ``Admitted`` on a worker and sets ``clusterName`` to
+that worker (C28), which its webhook allows only when the worker is in the nomination (C18). A
+dispatcher that moved its nomination away from such a worker would leave the workload
+unadmittable: the loop keeps, or writes back, a nomination that includes it. Found by the watch
+fault test of issue 8 (a livelock); these tests pin the rule without timing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+from badinput_kit import MERGE, first_active, pod_set, schema_less_dispatcher, set_active, workload
+
+from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest
+from dispatcher.k8s.client import KubeApi
+from dispatcher.k8s.resources import WORKLOADS
+
+
+def always_w2(request: DispatchRequest, snapshots: Sequence[ClusterSnapshot]) -> Decision:
+    """A pipeline stand-in that always prefers ``w2``."""
+    return Decision("always-w2", ("w2",), "w2 is preferred")
+
+
+def condition(kind: str) -> dict[str, str]:
+    return {
+        "type": kind,
+        "status": "True",
+        "reason": kind,
+        "message": "on the worker",
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+    }
+
+
+@pytest.mark.parametrize("held", ["Admitted", "QuotaReserved"])
+async def test_copy_holding_quota_gets_the_nomination_back(held: str) -> None:
+    """C28/C18: the dispatcher nominated ``w2``; a copy on ``w1`` holds quota (reserved or
+    admitted) there: the nomination is written back to ``[w1]`` with an Event saying why, and
+    it stays there although the decision function still prefers ``w2``."""
+    async with schema_less_dispatcher(always_w2, workers=("w1", "w2")) as env:
+        await env.add_workload(workload("job", [pod_set({"cpu": "1"})]))
+        await env.wait(lambda: env.nominated("job") == ("w2",))
+        async with await KubeApi.from_kubeconfig(env.workers["w1"].kubeconfig, name="w1") as w1:
+            await w1.create(WORKLOADS, workload("job", [pod_set({"cpu": "1"})]), "default")
+            await w1.request(
+                "PATCH",
+                WORKLOADS.path("default", "job") + "/status",
+                body={"status": {"conditions": [condition(held)]}},
+                content_type=MERGE,
+            )
+        await env.wait(lambda: env.nominated("job") == ("w1",))
+        settled = env.reconciles["default/job"] + 3
+        await env.wait(lambda: env.reconciles["default/job"] >= settled)
+        assert env.nominated("job") == ("w1",)
+        messages = [e["message"] for e in await env.events("job") if e["reason"] == "Nominated"]
+        assert any(m.startswith("nominated [w1]: its copy already holds quota") for m in messages)
+
+
+async def test_no_active_candidate_keeps_the_standing_nomination() -> None:
+    """Every candidate inactive at once (Kueue reports the MultiKueueCluster inactive): the
+    decision finds nothing, but the standing nomination is kept rather than cleared (an empty
+    one would have Kueue delete copies that may be about to be admitted, C32)."""
+    async with schema_less_dispatcher(first_active, workers=("w1",)) as env:
+        await env.add_workload(workload("job", [pod_set({"cpu": "1"})]))
+        await env.wait(lambda: env.nominated("job") == ("w1",))
+        await set_active(env.api, "w1", False)
+        await env.wait(lambda: not any(c.active for c in env.registry.candidates("multikueue")[0]))
+        settled = env.reconciles["default/job"] + 3
+        await env.wait(lambda: env.reconciles["default/job"] >= settled)
+        assert env.nominated("job") == ("w1",)
+        assert not [e for e in await env.events("job") if e["reason"] == "NotNominated"]
