@@ -10,10 +10,14 @@ import copy
 import logging
 import os
 import re
+import traceback
+import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import aiohttp
 import pytest
 
 from dispatcher.sandbox.kueue_crds import ENV_VAR, kueue_crds_dir
@@ -287,7 +291,44 @@ class TokenScan(logging.Handler):
 _SCAN_KEY = pytest.StashKey[TokenScan]()
 
 
+def _name_unclosed_sessions() -> None:
+    """Make an unclosed aiohttp session say where it was opened.
+
+    An unclosed ``ClientSession`` is reported by the garbage collector, often during a later
+    test, as a bare ResourceWarning ("Enable tracemalloc ..."; tracemalloc makes the sandbox
+    tests too slow to run). Each session records the test that opened it and the project
+    frames of its creation; an unclosed one warns with both, then aiohttp warns as usual.
+    """
+    init, finalize = aiohttp.ClientSession.__init__, aiohttp.ClientSession.__del__
+    root = str(Path(__file__).resolve().parents[1])
+
+    def recording_init(self: aiohttp.ClientSession, *args: Any, **kwargs: Any) -> None:
+        frames = [
+            f"{Path(f.filename).relative_to(root)}:{f.lineno} {f.name}"
+            for f in traceback.extract_stack(limit=25)[:-1]
+            if f.filename.startswith(root) and "/.venv/" not in f.filename
+        ]
+        self._opened_by = (os.environ.get("PYTEST_CURRENT_TEST", "?"), frames[-6:])  # type: ignore[attr-defined]
+        init(self, *args, **kwargs)
+
+    def naming_del(self: aiohttp.ClientSession, *args: Any, **kwargs: Any) -> None:
+        opened = getattr(self, "_opened_by", None)
+        if opened is not None and not self.closed:
+            test, frames = opened
+            warnings.warn(
+                f"Unclosed aiohttp ClientSession opened in {test} at "
+                + " <- ".join(reversed(frames)),
+                ResourceWarning,
+                stacklevel=1,
+            )
+        finalize(self, *args, **kwargs)
+
+    aiohttp.ClientSession.__init__ = recording_init  # type: ignore[method-assign]
+    aiohttp.ClientSession.__del__ = naming_del  # type: ignore[method-assign]
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    _name_unclosed_sessions()
     scan = TokenScan()
     scan.attach()
     scan.reattached = 0
