@@ -52,6 +52,9 @@ __all__ = ["ControllerConfig", "Nominator", "Record"]
 Decide = Callable[[DispatchRequest, Sequence[ClusterSnapshot]], Decision]
 
 EVENT_COMPONENT = "multikueue-dispatcher"
+# The ``algorithm`` label of a nomination written back to the worker whose copy holds quota
+# (no pipeline decided it, see ``Nominator._holding_copy``).
+HOLDER_ALGORITHM = "copy-holds-quota"
 
 
 @dataclass(frozen=True)
@@ -354,13 +357,7 @@ class Nominator:
                     self.in_flight.forget(key)
                 self.queue.add(key)  # re-read and decide again on fresh data
                 return "race"
-            record.nominated, record.nominated_at = target, now
-            if target and record.first_nominated_at is None:
-                record.first_nominated_at = now
-            if self.metrics is not None and target:
-                cq = str((status.get("admission") or {}).get("clusterQueue") or "")
-                self.metrics.nominated(target, cluster_queue=cq, algorithm=decision.algorithm)
-            self._publish_in_flight()
+            self._written(workload, record, target, now, decision.algorithm)
         message = summarize(decision)
         # One Event per nomination written, and one per change of the reason nothing is
         # nominated; a decision that keeps the current nomination (its message counts the
@@ -426,10 +423,7 @@ class Nominator:
         if not await self._write(workload, target):
             self.queue.add(key)
             return "race"
-        record.nominated, record.nominated_at = target, now
-        if record.first_nominated_at is None:
-            record.first_nominated_at = now
-        self._publish_in_flight()
+        self._written(workload, record, target, now, HOLDER_ALGORITHM)
         message = (
             f"nominated [{holder}]: its copy already holds quota there and Kueue admits the "
             f"first such copy (previous nomination [{', '.join(current) or 'none'}])"
@@ -439,6 +433,26 @@ class Nominator:
         await self._event(workload, "Nominated", message, "Normal")
         self.queue.add_after(key, follow_up)
         return "nominated"
+
+    def _written(
+        self,
+        workload: Mapping[str, Any],
+        record: Record,
+        target: tuple[str, ...],
+        now: float,
+        algorithm: str,
+    ) -> None:
+        """Bookkeeping after a nomination ``target`` was written: the record's clocks, the
+        nominations counter (labelled with ``algorithm``) and the in-flight gauge."""
+        record.nominated, record.nominated_at = target, now
+        if target and record.first_nominated_at is None:
+            record.first_nominated_at = now
+        if self.metrics is not None and target:
+            admission = (workload.get("status") or {}).get("admission") or {}
+            self.metrics.nominated(
+                target, cluster_queue=str(admission.get("clusterQueue") or ""), algorithm=algorithm
+            )
+        self._publish_in_flight()
 
     def _first_sync_pending(self, check: str, now: float) -> float | None:
         """Seconds of grace left while a candidate worker has not settled yet, else None."""

@@ -98,7 +98,9 @@ NOMINATIONS = Series(
     "counter",
     "1",
     ("cluster_queue", "cluster", "algorithm"),
-    "Clusters nominated: one per cluster written to status.nominatedClusterNames.",
+    "Clusters nominated: one per cluster written to status.nominatedClusterNames; algorithm "
+    "is the pipeline, or 'copy-holds-quota' for a nomination written back to the worker whose "
+    "copy already holds quota.",
 )
 DECISION_LATENCY = Series(
     PREFIX + "decision_latency",

@@ -14,6 +14,8 @@ from typing import Any
 
 import anyio
 import yaml
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest
 from dispatcher.cli import main as cli_main
@@ -32,6 +34,7 @@ from dispatcher.k8s.resources import (
 from dispatcher.k8s.watching import BackoffPolicy, WatchSettings
 from dispatcher.sandbox.fakeapi import FakeCluster
 from dispatcher.sandbox.kueue_crds import KUEUE_SHORT_FORMS
+from dispatcher.telemetry.metrics import Metrics
 
 Obj = dict[str, Any]
 KUEUE = "kueue.x-k8s.io/v1beta2"
@@ -275,6 +278,17 @@ class SchemaLess:
         found = self.registry.manager.cache("workloads").get(name, namespace) or {}
         return tuple((found.get("status") or {}).get("nominatedClusterNames") or ())
 
+    def nominations(self) -> dict[tuple[str, str], float]:
+        """``multikueue_dispatcher_nominations_total`` by ``(cluster, algorithm)``."""
+        assert self.nominator.metrics is not None
+        text = generate_latest(self.nominator.metrics.registry).decode()
+        return {
+            (sample.labels["cluster"], sample.labels["algorithm"]): sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == "multikueue_dispatcher_nominations_total"
+        }
+
     async def events(self, name: str, namespace: str = "default") -> list[Obj]:
         listed = await self.api.list(EVENTS, namespace)
         return [e for e in listed.items if e["involvedObject"]["name"] == name]
@@ -367,6 +381,7 @@ async def schema_less_dispatcher(
             registry,
             decide,
             config=ControllerConfig(resync_seconds=0.5, sync_grace_seconds=5.0),
+            metrics=Metrics(registry=CollectorRegistry()),
         )
         env = SchemaLess(manager, clusters[workers[0]], api, registry, nominator, clusters)
         reconcile = nominator.reconcile
@@ -395,5 +410,9 @@ async def schema_less_dispatcher(
                         registry.workers.get(n) is not None and registry.workers[n].connected
                     )
                 )
-            yield env
-            group.cancel_scope.cancel()
+            try:
+                yield env
+            finally:
+                group.cancel_scope.cancel()
+                assert nominator.metrics is not None
+                nominator.metrics.shutdown()

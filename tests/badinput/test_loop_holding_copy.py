@@ -58,6 +58,8 @@ async def test_copy_holding_quota_gets_the_nomination_back(held: str) -> None:
         assert env.nominated("job") == ("w1",)
         messages = [e["message"] for e in await env.events("job") if e["reason"] == "Nominated"]
         assert any(m.startswith("nominated [w1]: its copy already holds quota") for m in messages)
+        # The write-back counts as a nomination, under its own algorithm label.
+        assert env.nominations() == {("w2", "always-w2"): 1.0, ("w1", "copy-holds-quota"): 1.0}
 
 
 async def test_no_active_candidate_keeps_the_standing_nomination() -> None:
