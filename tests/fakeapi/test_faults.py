@@ -257,6 +257,8 @@ BAD_FAULT_ARGS: dict[str, tuple[dict[str, Any], str]] = {
     "probability-string": ({"kind": "error", "probability": "0.1"}, "'probability' must be"),
     "bad-user-agent-regex": ({"kind": "error", "user_agent": "["}, "'user_agent'.*not a regular"),
     "user-agent-not-a-string": ({"kind": "error", "user_agent": 7}, "'user_agent' must be a str"),
+    "hold-not-a-bool": ({"kind": "latency", "hold": "yes"}, "'hold' must be true or false"),
+    "hold-on-an-error": ({"kind": "error", "hold": True}, "'hold' applies to latency faults"),
 }
 
 
@@ -285,6 +287,42 @@ async def test_f54_long_delay_makes_the_client_time_out(
     assert fault.fired == 1
     assert (await _get(api, "a"))["metadata"]["name"] == "a"
     assert fault.fired == 1
+
+
+async def test_f54_held_answer_the_write_lands_although_the_client_timed_out(
+    cluster: FakeCluster, api: client.ApiClient
+) -> None:
+    """F54 extension ``hold``: the delay comes after the request took effect, so a client that
+    times out has still written (a real server's answer lost on the way back). Another
+    client sees the write; the writer's retry with the old resourceVersion gets 409."""
+    created = await _create(api, "a", x=0)
+    fault = cluster.faults.latency(2.0, verbs=("patch",), count=1, hold=True)
+    stale = {"metadata": {"resourceVersion": created["metadata"]["resourceVersion"]}}
+    body = {**stale, "spec": {"x": 1}}
+    with pytest.raises(TimeoutError):
+        await _objects(api).patch_namespaced_custom_object(
+            G, V, NS, PLURAL, "a", body, _content_type=MERGE, _request_timeout=0.3
+        )
+    assert fault.fired == 1
+    await _wait_until(lambda: (cluster.object(G, PLURAL, "a", NS) or {}).get("spec") == {"x": 1})
+    with pytest.raises(ApiException) as conflict:
+        await _objects(api).patch_namespaced_custom_object(
+            G, V, NS, PLURAL, "a", body, _content_type=MERGE
+        )
+    assert conflict.value.status == 409
+    assert (await _get(api, "a"))["spec"] == {"x": 1}
+
+
+def test_f54_hold_is_reported_apart_from_the_delay_and_not_with_an_error() -> None:
+    """``pick`` returns the delay before the request and the hold after it separately; an
+    error answer means the request never took effect, so nothing is held."""
+    faults = Faults()
+    faults.latency(0.25, verbs=("get",))
+    faults.latency(1.0, verbs=("get", "patch"), hold=True)
+    assert faults.pick("get", "/api/v1/namespaces") == (0.25, None, 1.0)
+    assert faults.pick("patch", "/api/v1/namespaces/x") == (0.0, None, 1.0)
+    error = faults.error(503, verbs=("patch",))
+    assert faults.pick("patch", "/api/v1/namespaces/x") == (0.0, error, 0.0)
 
 
 async def test_f54_latency_until_cleared_counts_every_matching_request(
@@ -333,9 +371,13 @@ def test_f53_f54_probability_fails_a_seeded_fraction_and_counts_only_those() -> 
         delay = faults.latency(0.5, verbs=("get",), probability=0.2)
         codes = []
         for _ in range(2000):
-            _, picked = faults.pick("get", "/api/v1/namespaces/default/secrets/a")
+            picked = faults.pick("get", "/api/v1/namespaces/default/secrets/a").error
             codes.append(picked.code if picked is not None else 200)
-        assert faults.pick("list", "/api/v1/namespaces") == (0.0, None)  # other verbs untouched
+        assert faults.pick("list", "/api/v1/namespaces") == (
+            0.0,
+            None,
+            0.0,
+        )  # other verbs untouched
         return codes, error.fired, delay.fired
 
     codes, errors, delays = run(11)
@@ -825,9 +867,15 @@ async def test_f52_admin_lists_adds_and_clears_faults(
         "removed": False
     }
     await _admin_json(admin, "POST", "/faults", {"kind": "latency", "delay": 0.001}, status=201)
+    held = {"kind": "latency", "delay": 0.001, "hold": True}
+    assert (await _admin_json(admin, "POST", "/faults", held, status=201))["hold"] is True
     await _admin_json(admin, "POST", "/faults", {"kind": "error", "code": 500}, status=201)
     cleared = await _admin_json(admin, "DELETE", "/faults")
-    assert [f["kind"] for f in cleared] == ["latency", "error"]
+    assert [(f["kind"], f["hold"]) for f in cleared] == [
+        ("latency", False),
+        ("latency", True),
+        ("error", False),
+    ]
     assert cluster.faults.list() == []
 
     for bad in BAD_FAULTS.values():
@@ -1007,8 +1055,8 @@ def test_f53_user_agent_fault_skips_other_clients_without_drawing() -> None:
         codes = []
         for _ in range(500):
             if interleave:
-                assert faults.pick("get", "/api/v1/secrets", EMULATOR_AGENT) == (0.0, None)
-            _, picked = faults.pick("get", "/api/v1/secrets", DISPATCHER_AGENT)
+                assert faults.pick("get", "/api/v1/secrets", EMULATOR_AGENT) == (0.0, None, 0.0)
+            picked = faults.pick("get", "/api/v1/secrets", DISPATCHER_AGENT).error
             codes.append(picked.code if picked is not None else 200)
         return codes
 

@@ -482,6 +482,30 @@ async def test_f6_f10_f25_patch_merge(
     assert request.field_manager == "kubectl-patch"
 
 
+async def test_f54_f25_held_patch_times_kubectl_out_but_lands(
+    kueue_kubectl: Kubectl, kueue_cluster: FakeCluster, kueue_api: ApiClient
+) -> None:
+    """F54 extension ``hold``: kubectl gives up on a patch whose answer is held back past its
+    ``--request-timeout``, yet the patch was applied (as when a real server's answer is lost)."""
+    await create_workload(kueue_api, workload("wl", queue="q1"))
+    fault = kueue_cluster.faults.latency(5.0, verbs=("patch",), count=1, hold=True)
+    result = await kueue_kubectl.fails(
+        "patch",
+        "workload",
+        "wl",
+        "--type=merge",
+        "-p",
+        '{"spec":{"queueName":"q2"}}',
+        "--request-timeout=1s",
+    )
+    assert "timeout" in result.stderr.lower() or "deadline" in result.stderr.lower(), result.stderr
+    assert fault.fired == 1
+    # Applied before the answer was held; a loaded server may apply it after kubectl gave up.
+    with anyio.fail_after(WAIT_TIMEOUT):
+        while stored_workload(kueue_cluster, "wl")["spec"]["queueName"] != "q2":  # noqa: ASYNC110
+            await anyio.sleep(0.01)
+
+
 async def test_f6_f11_f25_patch_status_subresource(
     kueue_kubectl: Kubectl, kueue_cluster: FakeCluster, kueue_api: ApiClient
 ) -> None:

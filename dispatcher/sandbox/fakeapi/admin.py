@@ -41,6 +41,7 @@ _FAULT_FIELDS = {
     "jitter",
     "probability",
     "user_agent",
+    "hold",
 }
 
 

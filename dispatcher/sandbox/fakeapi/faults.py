@@ -7,7 +7,7 @@ import random
 import re
 from collections import deque
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 VERBS = ("get", "list", "watch", "create", "update", "patch", "delete")
 
@@ -25,6 +25,9 @@ class Fault:
     extension) restricts the fault to clients whose ``User-Agent`` header it matches (a regular
     expression searched in the header; empty matches every client), so that a fault suite can
     target one client (the dispatcher) among several on the same cluster (the emulated Kueue).
+    ``hold`` (a third extension, latency only) applies the delay *after* the request took
+    effect: the answer is held back, so with a delay past the client's timeout a write lands
+    while the client sees a timeout, as with a real API server whose answer is lost.
     """
 
     kind: str  # "error" or "latency"
@@ -38,6 +41,7 @@ class Fault:
     delay: float = 0.0
     jitter: float = 0.0
     probability: float = 1.0
+    hold: bool = False
     fired: int = 0
     id: int = field(default_factory=lambda: next(_ids))
 
@@ -56,6 +60,10 @@ class Fault:
                 isinstance(value, numeric) or (optional and value is None)
             ):
                 raise ValueError(f"fault field {name!r} must be a number, not {value!r}")
+        if not isinstance(self.hold, bool):
+            raise ValueError(f"fault field 'hold' must be true or false, not {self.hold!r}")
+        if self.hold and self.kind != "latency":
+            raise ValueError("fault field 'hold' applies to latency faults only")
         if not 0.0 <= self.probability <= 1.0:
             raise ValueError(f"fault probability must be within [0, 1], not {self.probability!r}")
         self._pattern = _regex("path", self.path)
@@ -88,6 +96,15 @@ def _regex(name: str, value: object) -> re.Pattern[str] | None:
         raise ValueError(
             f"fault field {name!r}: {value!r} is not a regular expression: {exc}"
         ) from exc
+
+
+class Picked(NamedTuple):
+    """What the faults do to one request: ``delay`` before it is handled, the ``error`` to
+    answer with instead, and ``hold``, a delay after it was handled (see ``Fault.hold``)."""
+
+    delay: float
+    error: Fault | None
+    hold: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -155,9 +172,11 @@ class Faults:
         count: int | None = None,
         probability: float = 1.0,
         user_agent: str = "",
+        hold: bool = False,
     ) -> Fault:
         """Delay matching requests (F54); ``probability`` < 1 delays that fraction;
-        ``user_agent`` (a regular expression) restricts it to matching clients."""
+        ``user_agent`` (a regular expression) restricts it to matching clients; ``hold`` delays
+        the answer after the request took effect instead of the request itself."""
         return self.add(
             Fault(
                 "latency",
@@ -168,6 +187,7 @@ class Faults:
                 delay=delay,
                 jitter=jitter,
                 probability=probability,
+                hold=hold,
             )
         )
 
@@ -187,9 +207,9 @@ class Faults:
         """Current faults."""
         return list(self._faults)
 
-    def pick(self, verb: str, path: str, user_agent: str = "") -> tuple[float, Fault | None]:
-        """The delay to add and the error fault to answer with, counting their use."""
-        delay = 0.0
+    def pick(self, verb: str, path: str, user_agent: str = "") -> Picked:
+        """The delays to add and the error fault to answer with, counting their use."""
+        delay = hold = 0.0
         error: Fault | None = None
         for fault in self._faults:
             if not fault.matches(verb, path, user_agent):
@@ -201,11 +221,15 @@ class Faults:
             if fault.kind == "latency":
                 fault.fired += 1
                 jitter = self._random.uniform(0.0, fault.jitter) if fault.jitter else 0.0
-                delay += fault.delay + jitter
+                if fault.hold:
+                    hold += fault.delay + jitter
+                else:
+                    delay += fault.delay + jitter
             else:
                 fault.fired += 1
                 error = fault
-        return delay, error
+        # An error answer means the request never took effect: nothing to hold.
+        return Picked(delay, error, 0.0 if error is not None else hold)
 
 
 class Journal:

@@ -460,15 +460,21 @@ class FakeCluster:
     async def _fault_middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         verb = _verb_of(request)
         request[VERB] = verb
-        delay, fault = self.faults.pick(verb, request.path, request.headers.get("User-Agent", ""))
-        if delay:
-            await asyncio.sleep(delay)
+        picked = self.faults.pick(verb, request.path, request.headers.get("User-Agent", ""))
+        if picked.delay:
+            await asyncio.sleep(picked.delay)
+        fault = picked.error
         if fault is not None:
             error = ApiError(fault.code, fault.message or f"injected fault {fault.id}")
             if fault.retry_after is not None:
                 error.headers["Retry-After"] = str(fault.retry_after)
             return _error_response(error)
-        return await handler(request)
+        response = await handler(request)
+        if picked.hold:
+            # The request took effect (a write is stored and its watch event sent); only its
+            # answer is late. A client that gives up meanwhile does not undo it.
+            await asyncio.sleep(picked.hold)
+        return response
 
     # --- routing -----------------------------------------------------------------------------
 
