@@ -35,7 +35,7 @@ from dispatcher.controller.inflight import InFlight
 from dispatcher.controller.snapshots import SnapshotCache, WorkerIndex, condition_status
 from dispatcher.controller.workqueue import WorkQueue
 from dispatcher.k8s.client import KubeApi
-from dispatcher.k8s.errors import ApiError
+from dispatcher.k8s.errors import ApiError, ApiUnreachable
 from dispatcher.k8s.patching import AdmittedMeanwhile, apply_status, merge_patch_status
 from dispatcher.k8s.resources import EVENTS, KUEUE_GROUP, KUEUE_VERSION
 from dispatcher.k8s.watching import Listed, ObjectEvent, WatchItem
@@ -79,6 +79,15 @@ class ControllerConfig:
     """Name of the pipeline, for metrics and Events."""
 
 
+@dataclass(frozen=True)
+class Unconfirmed:
+    """A nomination write that got no answer (timeout, connection cut): it may have landed."""
+
+    target: tuple[str, ...]
+    algorithm: str
+    message: str
+
+
 @dataclass
 class Record:
     """What the controller remembers of one workload (rebuilt from the API after a restart)."""
@@ -92,6 +101,7 @@ class Record:
     first_nominated_at: float | None = None
     admission_reported: bool = False
     problem: str = ""
+    unconfirmed: Unconfirmed | None = None
 
 
 def _parse_time(value: str | None) -> float | None:
@@ -296,6 +306,8 @@ class Nominator:
             self.records.pop(key, None)
             return "deleted"
         record = self.records.setdefault(key, Record())
+        if record.unconfirmed is not None:
+            await self._confirm_landed(key, workload, record)
         checks = self.registry.multikueue_checks()
         verdict = eligibility(workload, checks)
         status = workload.get("status") or {}
@@ -348,8 +360,11 @@ class Nominator:
                 else:
                     self.in_flight.forget(key)
         record.decision, record.decided_at = decision, now
+        message = summarize(decision)
         if target != current:
-            written = await self._write(workload, target)
+            written = await self._write_or_remember(
+                workload, record, Unconfirmed(target, decision.algorithm, message)
+            )
             if not written:
                 if current:
                     self.in_flight.record(current, queued_workload(request), now)
@@ -358,7 +373,6 @@ class Nominator:
                 self.queue.add(key)  # re-read and decide again on fresh data
                 return "race"
             self._written(workload, record, target, now, decision.algorithm)
-        message = summarize(decision)
         # One Event per nomination written, and one per change of the reason nothing is
         # nominated; a decision that keeps the current nomination (its message counts the
         # patience down) records none, so a waiting workload does not accumulate Events.
@@ -420,19 +434,65 @@ class Nominator:
         async with self._decision_lock:
             self.in_flight.forget(key)  # the copy's quota shows in the worker's own usage
         target = (holder,)
-        if not await self._write(workload, target):
-            self.queue.add(key)
-            return "race"
-        self._written(workload, record, target, now, HOLDER_ALGORITHM)
         message = (
             f"nominated [{holder}]: its copy already holds quota there and Kueue admits the "
             f"first such copy (previous nomination [{', '.join(current) or 'none'}])"
         )
+        landing = Unconfirmed(target, HOLDER_ALGORITHM, message)
+        if not await self._write_or_remember(workload, record, landing):
+            self.queue.add(key)
+            return "race"
+        self._written(workload, record, target, now, HOLDER_ALGORITHM)
         log.info("workload %s: %s", key, message, extra={"workload": key})
         record.event_message = message
         await self._event(workload, "Nominated", message, "Normal")
         self.queue.add_after(key, follow_up)
         return "nominated"
+
+    async def _write_or_remember(
+        self, workload: Mapping[str, Any], record: Record, landing: Unconfirmed
+    ) -> bool:
+        """:meth:`_write` ``landing.target``; when no answer comes back (a timeout, a cut
+        connection) the write may still have been applied, so it is remembered for
+        :meth:`_confirm_landed` before the error propagates (the key is retried)."""
+        try:
+            return await self._write(workload, landing.target)
+        except ApiUnreachable:
+            record.unconfirmed = landing
+            raise
+
+    async def _confirm_landed(self, key: str, workload: Mapping[str, Any], record: Record) -> None:
+        """Finish the bookkeeping of a write whose answer was lost once the API shows that it
+        landed: the Workload carries that nomination, or Kueue admitted it on a cluster only
+        that write nominated (C18 allows ``clusterName`` only from the nomination, C28 then
+        clears the nomination). Without this, a lost answer would lose the write's Event, its
+        counted nomination and the time-to-admission sample, because the retry finds nothing
+        left to write."""
+        landing = record.unconfirmed
+        assert landing is not None
+        status = workload.get("status") or {}
+        current = tuple(str(n) for n in status.get("nominatedClusterNames") or ())
+        cluster = str(status.get("clusterName") or "")
+        shown = current == landing.target != record.nominated
+        admitted = bool(cluster) and cluster in landing.target and cluster not in record.nominated
+        if not (shown or admitted):
+            return  # not visible (yet), or it did not land
+        log.info(
+            "workload %s: nominated %s (the answer to that write was lost; it was applied)",
+            key,
+            list(landing.target),
+            extra={"workload": key, "clusters": list(landing.target)},
+        )
+        self._written(workload, record, landing.target, self._now(), landing.algorithm)
+        if landing.message != record.event_message:
+            record.event_message = landing.message
+            nominated = bool(landing.target)
+            await self._event(
+                workload,
+                "Nominated" if nominated else "NotNominated",
+                landing.message,
+                "Normal" if nominated else "Warning",
+            )
 
     def _written(
         self,
@@ -445,6 +505,7 @@ class Nominator:
         """Bookkeeping after a nomination ``target`` was written: the record's clocks, the
         nominations counter (labelled with ``algorithm``) and the in-flight gauge."""
         record.nominated, record.nominated_at = target, now
+        record.unconfirmed = None
         if target and record.first_nominated_at is None:
             record.first_nominated_at = now
         if self.metrics is not None and target:

@@ -253,6 +253,7 @@ class SchemaLess:
     workers: dict[str, FakeCluster] = field(default_factory=dict)
     changed: anyio.Event = field(default_factory=anyio.Event)
     reconciles: dict[str, int] = field(default_factory=dict)
+    recorded: list[tuple[str, str]] = field(default_factory=list)  # Events: (reason, message)
 
     def notify(self) -> None:
         event, self.changed = self.changed, anyio.Event()
@@ -263,11 +264,13 @@ class SchemaLess:
             while not predicate():
                 await self.changed.wait()
 
-    async def add_workload(self, body: Obj) -> None:
-        """Create a Workload and give it the status Kueue gives an eligible one (C49)."""
+    async def add_workload(self, body: Obj, api: KubeApi | None = None) -> None:
+        """Create a Workload and give it the status Kueue gives an eligible one (C49); through
+        ``api`` when given (another client than the dispatcher's)."""
         meta = body["metadata"]
-        await self.api.create(WORKLOADS, body, namespace=meta["namespace"])
-        await self.api.request(
+        api = api or self.api
+        await api.create(WORKLOADS, body, namespace=meta["namespace"])
+        await api.request(
             "PATCH",
             WORKLOADS.path(meta["namespace"], meta["name"]) + "/status",
             body={"status": QUOTA_RESERVED_PENDING},
@@ -396,8 +399,9 @@ async def schema_less_dispatcher(
         nominator.reconcile = counted  # type: ignore[method-assign]
         record_event = nominator._event
 
-        async def noted(*args: Any) -> None:
-            await record_event(*args)
+        async def noted(workload: Obj, reason: str, message: str, kind: str) -> None:
+            await record_event(workload, reason, message, kind)
+            env.recorded.append((reason, message))
             env.notify()
 
         nominator._event = noted  # type: ignore[method-assign]

@@ -9,9 +9,10 @@ requests" is exact and the emulated Kueue, which uses the same verbs and paths (
 writes, watches and lists of Kueue's kinds, Event creation), and the test's own submissions are
 never faulted.
 
-A latency fault holds a request before the server reads its body: a write whose client gave up
-is never applied (the journal records it as 500, connection lost), so "applied on the server but
-timed out on the client" is not exercised here.
+A plain latency fault holds a request before the server reads its body: a write whose client
+gave up is never applied (the journal records it as 500, connection lost). "Applied on the
+server but timed out on the client" (a lost answer) has its own test, with latency faults that
+hold the answer after the write took effect (``hold=True``).
 """
 
 from __future__ import annotations
@@ -42,12 +43,13 @@ from faults_api_kit import (
 from dispatcher.k8s.client import USER_AGENT
 from dispatcher.sandbox.environment import environment
 from dispatcher.sandbox.fakeapi.faults import Fault, Faults, Journal, JournalEntry
-from dispatcher.sandbox.testkit import NominationRecorder, scrape
+from dispatcher.sandbox.testkit import NominationRecorder, dispatcher_events, scrape
 from dispatcher.sandbox.topology import default_topology
 
 pytestmark = pytest.mark.faults
 
 STUCK_SERIES = "multikueue_dispatcher_stuck_workloads_total"
+NOMINATIONS_SERIES = "multikueue_dispatcher_nominations_total"
 
 # Size of the burst: issue 8 asks for >= 500. Measured on the shared 2-CPU machine (whole test,
 # 1-2 other processes running): 100 in 18 s, 250 in 41 s, 500 in 58-92 s, since the emulated
@@ -68,6 +70,10 @@ READS_AND_WRITES = (
 READ_WRITE_VERBS = ("get", "list", "watch", "patch")
 EVENTS = r"/events$"
 DISPATCHER = f"^{re.escape(USER_AGENT)}$"  # the faults' client: the dispatcher only
+
+# Lost answers: the write is stored, its answer held past the dispatcher's request timeout.
+LOST_ANSWER_TIMEOUT = 1.0
+LOST_ANSWER_HOLD = 3.0
 
 # Per-code probability of one request; together about 10% of the matching requests.
 ERRORS = {500: 0.03, 503: 0.03, 429: 0.02}
@@ -297,6 +303,97 @@ async def test_conflict_on_every_first_write_is_retried(
         assert {n: written[n] for n in names} == dict.fromkeys(names, 1)
         assert not wrong, wrong
         assert nominator.races >= count
+        assert env.kueue.manager.admitted() == count
+        copies = await copies_by_workload(env)
+        assert {n: len(copies.get(n, [])) for n in names} == dict.fromkeys(names, 1)
+
+
+@pytest.mark.parametrize("write_mode", ["apply", "merge-patch"])
+async def test_lost_answer_to_every_first_write(
+    tmp_path: Path, crds_dir: Path, figures: Any, write_mode: str
+) -> None:
+    """Issue 8 scope 1, timeouts of writes: the first nomination write of every Workload is
+    stored, but its answer is held past the dispatcher's request timeout (a lost answer).
+
+    The dispatcher cannot know whether it wrote; it retries on fresh data. The write it could
+    not confirm is not repeated against a changed object (a retry carries the resourceVersion
+    it decided on, C48, and gets 409) and is not lost from what operators see: each Workload
+    has one stored nomination write, one ``Nominated`` Event and one nomination counted, and
+    is admitted once where it was nominated (C36).
+    """
+    count = 30
+    lines = small_cpu_workloads(f"lost-{write_mode}", count)
+    names = {line.name for line in lines}
+    recorder = NominationRecorder()
+    tracker = PlacementTracker()
+    settings = {
+        "write_mode": write_mode,
+        "manager_client.request_timeout_seconds": LOST_ANSWER_TIMEOUT,
+    }
+    async with (
+        RetryLog() as retries,
+        environment(tmp_path, default_topology(), crds=crds_dir, settings=settings) as env,
+    ):
+        assert env.dispatcher is not None
+        nominator = await wait_leading(env.dispatcher)
+        manager = env.sandbox.manager
+        manager.journal = Journal(200_000)
+        recorder.install(manager)
+        tracker.install(env)
+
+        def timeouts() -> int:
+            return sum(1 for r in retries.retries if r.status == 0)
+
+        held = [
+            manager.faults.latency(
+                LOST_ANSWER_HOLD,
+                verbs=("patch",),
+                path=f"/workloads/{re.escape(name)}/status$",
+                count=1,
+                user_agent=DISPATCHER,
+                hold=True,
+            )
+            for name in sorted(names)
+        ]
+        started = time.monotonic()
+        await env.submit(lines)
+        await tracker.wait_for(names, within=120)
+        dispatched_in = time.monotonic() - started
+        await wait_until(lambda: env.kueue.manager.admitted() >= count, within=60)
+        # Kueue may admit a copy while the answer to its nomination is still held: wait until
+        # every held write has timed out on the dispatcher's side and been retried.
+        await wait_until(lambda: timeouts() >= count, within=60)
+        await wait_drained(nominator.queue, within=60)
+
+        def journaled() -> Counter[str]:
+            # A held request is journaled when its answer is finally sent.
+            return status_writes_by_workload(manager.journal.entries(), "multikueue-dispatcher")
+
+        await wait_until(lambda: names <= journaled().keys(), within=30)
+        attempts = journaled()
+        written = write_counts(recorder.writes)
+        wrong = contradicting(recorder.writes, tracker.placed)
+        events = Counter(
+            e["involvedObject"]["name"] for e in await dispatcher_events(env, "Nominated")
+        )
+        samples = await scrape(env.dispatcher)
+        counted = sum(value for _, value in samples.get(NOMINATIONS_SERIES, []))
+
+        figures.record(f"[lost answer, {write_mode}] workloads dispatched", len(tracker.placed))
+        figures.record(f"[lost answer, {write_mode}] answers held", sum(f.fired for f in held))
+        figures.record(f"[lost answer, {write_mode}] reconciles timed out", timeouts())
+        figures.record(
+            f"[lost answer, {write_mode}] status write requests per workload",
+            sum(attempts[n] for n in names) / count,
+        )
+        figures.record(f"[lost answer, {write_mode}] time to dispatch all", dispatched_in, "s")
+
+        assert [f.fired for f in held] == [1] * count
+        assert timeouts() == count
+        assert {n: written[n] for n in names} == dict.fromkeys(names, 1)
+        assert not wrong, wrong
+        assert {n: events[n] for n in names} == dict.fromkeys(names, 1)
+        assert counted == count
         assert env.kueue.manager.admitted() == count
         copies = await copies_by_workload(env)
         assert {n: len(copies.get(n, [])) for n in names} == dict.fromkeys(names, 1)
