@@ -66,7 +66,7 @@ import anyio
 import anyio.abc
 import psutil
 
-from dispatcher.sandbox.environment import DISPATCHER_NAME, Environment, environment
+from dispatcher.sandbox.environment import Environment, environment
 from dispatcher.sandbox.fakeapi.faults import Fault, Faults
 from dispatcher.sandbox.fakeapi.server import FakeCluster
 from dispatcher.sandbox.kubeclient import JOBS, WORKLOADS, KubeError
@@ -79,6 +79,7 @@ from dispatcher.sandbox.testkit import (
     free_port,
     gpu_job,
     job_name,
+    run_command,
     scrape_url,
 )
 from dispatcher.sandbox.topology import default_topology
@@ -125,23 +126,7 @@ class Dispatcher:
 async def start_dispatcher(kubeconfig: Path, log: Path) -> Dispatcher:
     """Run ``python -m dispatcher run`` and wait until ``/readyz`` answers 200."""
     health, metrics = free_port(), free_port()
-    command = [
-        sys.executable,
-        "-m",
-        "dispatcher",
-        "run",
-        "--kubeconfig",
-        str(kubeconfig),
-        "--no-leader-election",
-        "--log-format",
-        "json",
-        "--dispatcher-name",
-        DISPATCHER_NAME,
-        "--health-address",
-        f"127.0.0.1:{health}",
-        "--metrics-address",
-        f"127.0.0.1:{metrics}",
-    ]
+    command = run_command(kubeconfig, health=health, metrics=metrics)
     output = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         process = await anyio.open_process(command, stdout=output, stderr=output, stdin=None)

@@ -318,6 +318,37 @@ async def scrape_url(session: aiohttp.ClientSession, url: str) -> Samples:
     return samples
 
 
+def run_command(
+    kubeconfig: os.PathLike[str] | str,
+    *,
+    health: int,
+    metrics: int,
+    leader_election: bool = False,
+    extra_args: tuple[str, ...] = (),
+) -> list[str]:
+    """The command line of ``python -m dispatcher run`` against a sandbox manager, as an
+    operator writes it: JSON logs, the sandbox's dispatcher name, probes and metrics on the
+    given loopback ports."""
+    return [
+        sys.executable,
+        "-m",
+        "dispatcher",
+        "run",
+        "--kubeconfig",
+        os.fspath(kubeconfig),
+        "--dispatcher-name",
+        DISPATCHER_NAME,
+        "--leader-election" if leader_election else "--no-leader-election",
+        "--health-address",
+        f"127.0.0.1:{health}",
+        "--metrics-address",
+        f"127.0.0.1:{metrics}",
+        "--log-format",
+        "json",
+        *extra_args,
+    ]
+
+
 def free_port() -> int:
     """A free loopback port (for a process that needs its port on the command line)."""
     with socket.socket() as sock:

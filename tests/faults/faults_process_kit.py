@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,10 +15,10 @@ from typing import Any
 import aiohttp
 import anyio
 
-from dispatcher.sandbox.environment import DISPATCHER_NAME, Environment
+from dispatcher.sandbox.environment import Environment
 from dispatcher.sandbox.fakeapi.admission import AdmissionRequest, Match, ValidatingHook
 from dispatcher.sandbox.fakeapi.server import FakeCluster
-from dispatcher.sandbox.testkit import NominationRecorder, cluster_of, free_port
+from dispatcher.sandbox.testkit import NominationRecorder, cluster_of, free_port, run_command
 
 WORKERS = ("worker-a100", "worker-h100", "worker-cpu")
 
@@ -57,24 +56,13 @@ class DispatcherProcess:
         """Start one process (logs in ``directory/<name>.log``); stop it with :meth:`stop`."""
         health, metrics = free_port(), free_port()
         kubeconfig = env.sandbox.kubeconfig_path(env.sandbox.manager)
-        args = [
-            sys.executable,
-            "-m",
-            "dispatcher",
-            "run",
-            "--kubeconfig",
-            str(kubeconfig),
-            "--dispatcher-name",
-            DISPATCHER_NAME,
-            "--leader-election" if leader_election else "--no-leader-election",
-            "--health-address",
-            f"127.0.0.1:{health}",
-            "--metrics-address",
-            f"127.0.0.1:{metrics}",
-            "--log-format",
-            "json",
-            *extra_args,
-        ]
+        args = run_command(
+            kubeconfig,
+            health=health,
+            metrics=metrics,
+            leader_election=leader_election,
+            extra_args=extra_args,
+        )
         environ = {
             **{k: v for k, v in os.environ.items() if not k.startswith("DISPATCHER_")},
             # The in-process replicas' resync (start_replica), not the 300 s default.
