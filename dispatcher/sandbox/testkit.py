@@ -318,6 +318,22 @@ async def scrape_url(session: aiohttp.ClientSession, url: str) -> Samples:
     return samples
 
 
+def multikueue_cluster_status(active: bool, message: str = "") -> dict[str, Any]:
+    """The status Kueue writes on a MultiKueueCluster (C11): ``Active`` True when it is
+    connected, False with reason ``ClientConnectionFailed`` otherwise."""
+    return {
+        "conditions": [
+            {
+                "type": "Active",
+                "status": "True" if active else "False",
+                "reason": "Active" if active else "ClientConnectionFailed",
+                "message": message or ("Connected" if active else "not connected"),
+                "lastTransitionTime": "2026-01-01T00:00:00Z",
+            }
+        ]
+    }
+
+
 def run_command(
     kubeconfig: os.PathLike[str] | str,
     *,

@@ -34,6 +34,7 @@ from dispatcher.k8s.resources import (
 from dispatcher.k8s.watching import BackoffPolicy, WatchSettings
 from dispatcher.sandbox.fakeapi import FakeCluster
 from dispatcher.sandbox.kueue_crds import KUEUE_SHORT_FORMS
+from dispatcher.sandbox.testkit import multikueue_cluster_status
 from dispatcher.telemetry.metrics import Metrics
 
 Obj = dict[str, Any]
@@ -314,19 +315,7 @@ async def set_active(api: KubeApi, name: str, active: bool) -> None:
     await api.request(
         "PATCH",
         MULTIKUEUE_CLUSTERS.path(None, name) + "/status",
-        body={
-            "status": {
-                "conditions": [
-                    {
-                        "type": "Active",
-                        "status": "True" if active else "False",
-                        "reason": "Active" if active else "ClientConnectionFailed",
-                        "message": "Connected" if active else "test",
-                        "lastTransitionTime": "2026-01-01T00:00:00Z",
-                    }
-                ]
-            }
-        },
+        body={"status": multikueue_cluster_status(active)},
         content_type=MERGE,
     )
 

@@ -22,6 +22,7 @@ from dispatcher.k8s.client import KubeApi
 from dispatcher.k8s.watching import BackoffPolicy, WatchSettings
 from dispatcher.sandbox.fakeapi import FakeCluster
 from dispatcher.sandbox.kueue_crds import KUEUE_SHORT_FORMS
+from dispatcher.sandbox.testkit import multikueue_cluster_status
 
 NS = "kueue-system"
 KUEUE = "kueue.x-k8s.io"
@@ -88,19 +89,7 @@ class Env:
             V,
             "multikueueclusters",
             name,
-            {
-                "status": {
-                    "conditions": [
-                        {
-                            "type": "Active",
-                            "status": "True" if active else "False",
-                            "reason": "Active" if active else "ClientConnectionFailed",
-                            "message": "Connected" if active else "down",
-                            "lastTransitionTime": "2026-01-01T00:00:00Z",
-                        }
-                    ]
-                }
-            },
+            {"status": multikueue_cluster_status(active, "" if active else "down")},
             _content_type="application/merge-patch+json",
         )
 

@@ -17,10 +17,12 @@ hold the answer after the write took effect (``hold=True``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
 from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +42,9 @@ from faults_api_kit import (
     write_counts,
 )
 
+from dispatcher.controller.nominator import Nominator
 from dispatcher.k8s.client import USER_AGENT
-from dispatcher.sandbox.environment import environment
+from dispatcher.sandbox.environment import Environment, environment
 from dispatcher.sandbox.fakeapi.faults import Fault, Faults, Journal, JournalEntry
 from dispatcher.sandbox.testkit import NominationRecorder, dispatcher_events, scrape
 from dispatcher.sandbox.topology import default_topology
@@ -78,6 +81,23 @@ LOST_ANSWER_HOLD = 3.0
 # Per-code probability of one request; together about 10% of the matching requests.
 ERRORS = {500: 0.03, 503: 0.03, 429: 0.02}
 TIMEOUTS = 0.02
+
+
+@contextlib.asynccontextmanager
+async def leading(
+    tmp_path: Path, crds_dir: Path, settings: dict[str, Any], journal: int
+) -> AsyncIterator[tuple[Environment, Nominator, RetryLog]]:
+    """The sandbox with the dispatcher in-process under ``settings``, once it leads with every
+    worker connected; the manager keeps a journal of ``journal`` requests; the nomination
+    loop's failed reconciles are collected."""
+    async with (
+        RetryLog() as retries,
+        environment(tmp_path, default_topology(), crds=crds_dir, settings=settings) as env,
+    ):
+        assert env.dispatcher is not None
+        nominator = await wait_leading(env.dispatcher)
+        env.sandbox.manager.journal = Journal(journal)
+        yield env, nominator, retries
 
 
 def _faults(cluster: Any) -> dict[str, list[Fault]]:
@@ -141,14 +161,10 @@ async def test_manager_api_faults_during_a_burst(
         # only a real pitfall (C43), not the emulator's speed, counts here.
         "stuck_after_seconds": 120.0,
     }
-    async with (
-        RetryLog() as retries,
-        environment(tmp_path, default_topology(), crds=crds_dir, settings=settings) as env,
-    ):
+    leader = leading(tmp_path, crds_dir, settings, journal=1_000_000)
+    async with leader as (env, nominator, retries):
         assert env.dispatcher is not None
-        nominator = await wait_leading(env.dispatcher)
         manager = env.sandbox.manager
-        manager.journal = Journal(1_000_000)
         manager.faults = Faults(SEED)  # seeded draws for the probabilities
         recorder.install(manager)
         tracker.install(env)
@@ -330,14 +346,9 @@ async def test_lost_answer_to_every_first_write(
         "write_mode": write_mode,
         "manager_client.request_timeout_seconds": LOST_ANSWER_TIMEOUT,
     }
-    async with (
-        RetryLog() as retries,
-        environment(tmp_path, default_topology(), crds=crds_dir, settings=settings) as env,
-    ):
+    async with leading(tmp_path, crds_dir, settings, journal=200_000) as (env, nominator, retries):
         assert env.dispatcher is not None
-        nominator = await wait_leading(env.dispatcher)
         manager = env.sandbox.manager
-        manager.journal = Journal(200_000)
         recorder.install(manager)
         tracker.install(env)
 
