@@ -9,6 +9,10 @@ __all__ = ["describe_decision"]
 
 def describe_decision(decision: Decision) -> str:
     """A multi-line description: the nomination, then one line per candidate, then errors."""
+    if decision.withheld:
+        lines = [f"{decision.algorithm}: decision withheld — {decision.withheld}"]
+        lines.extend(f"  !! stage {e.stage} from {e.source}: {e.message}" for e in decision.errors)
+        return "\n".join(lines)
     nominated = ", ".join(decision.nominate) or "(none)"
     lines = [f"{decision.algorithm}: nominate {nominated} — {decision.reason}"]
     if decision.requeue_after is not None:

@@ -176,6 +176,10 @@ class Decision:
     requeue_after: float | None = None
     """Seconds until the workload should be evaluated again (``None``: on the next event)."""
     errors: tuple[StageError, ...] = ()
+    withheld: str = ""
+    """Non-empty when a filter of a fail-closed plugin failed: why. Such a decision must not
+    be written (``nominate`` is empty and means nothing); the workload keeps whatever
+    nomination it has until a later decision succeeds."""
 
     def verdict(self, cluster: str) -> Verdict:
         """The verdict for ``cluster`` (``KeyError`` if it was not a candidate)."""

@@ -11,8 +11,10 @@
 A :class:`Pipeline` runs ``filters → scorers → selector``. It isolates every stage: a stage that
 raises, returns a non-finite score, or (selector) names a cluster that is unknown, dropped or
 inactive is skipped for that decision and reported in :attr:`Decision.errors`; the other stages
-keep working. The pipeline always drops inactive clusters first and never nominates more than
-:data:`MAX_NOMINATED_CLUSTERS`.
+keep working (fail-open). A filter from a source listed in :attr:`Pipeline.fail_closed` is the
+exception: when it fails, the decision is withheld (:attr:`Decision.withheld`), since skipping a
+filter that enforces a hard rule could nominate a forbidden cluster. The pipeline always drops
+inactive clusters first and never nominates more than :data:`MAX_NOMINATED_CLUSTERS`.
 """
 
 from __future__ import annotations
@@ -298,9 +300,13 @@ class Pipeline:
     scorers: tuple[tuple[Scorer, str], ...] = ()
     selector: tuple[Selector, str] = (TopN(), BUILTIN_SOURCE)
     fallback: Selector = field(default_factory=TopN)
+    fail_closed: frozenset[str] = frozenset()
+    """Sources (plugin names) whose failing filter withholds the decision instead of being
+    skipped: for filters that enforce a hard rule (tenancy, compliance)."""
 
     def decide(self, request: DispatchRequest, snapshots: Sequence[ClusterSnapshot]) -> Decision:
-        """Run the pipeline; never raises because of a stage (see the module docstring)."""
+        """Run the pipeline; never raises because of a stage (see the module docstring). A
+        failing filter of a ``fail_closed`` source ends it with a withheld decision."""
         unique: dict[str, ClusterSnapshot] = {}
         for snap in snapshots:
             unique.setdefault(snap.name, snap)
@@ -324,6 +330,15 @@ class Pipeline:
                         drops[snap.name] = str(reason) or f"dropped by {flt.name}"
             except Exception as exc:
                 errors.append(StageError(flt.name, source, _describe(exc)))
+                if source in self.fail_closed:
+                    # The exception's class only: its message may change from one decision
+                    # to the next (a hang's age), and this text is the Event's (recorded
+                    # once per distinct text). The full message is in ``errors``.
+                    why = (
+                        f"filter {flt.name} of fail-closed plugin {source} failed "
+                        f"({type(exc).__name__}): no decision until it answers"
+                    )
+                    return Decision(self.name, (), why, errors=tuple(errors), withheld=why)
                 continue
             for name, reason in drops.items():
                 dropped_by[name] = flt.name

@@ -81,7 +81,12 @@ def build_decide(
         options.setdefault("capacity-first", {}).setdefault(
             "patience_seconds", settings.patience_seconds
         )
-    pipeline = host.pipeline(settings.algorithms, options, plugin_weights=settings.plugin_weights)
+    pipeline = host.pipeline(
+        settings.algorithms,
+        options,
+        plugin_weights=settings.plugin_weights,
+        fail_closed=settings.fail_closed_plugins,
+    )
     timeout = settings.decision_timeout_seconds
     host.guard_hung_calls(hung_after=timeout / 2, retry_after=timeout * 10)
 

@@ -167,6 +167,13 @@ class Settings(BaseSettings):
         default_factory=dict,
         description="Weight of each plugin's cluster scores by plugin name (default 1).",
     )
+    fail_closed_plugins: list[str] = Field(
+        default_factory=list,
+        description="Plugins whose filters enforce hard rules: when one of their filters "
+        "raises, returns garbage or hangs, the decision is withheld (nothing written, a "
+        "`DecisionWithheld` Event, retried at `resync_seconds`) instead of skipping the filter. "
+        "Names must be loaded plugins (`multikueue-dispatcher plugins`).",
+    )
     manager_client: ClientSettings = Field(
         default_factory=lambda: ClientSettings(qps=50.0, burst=100),
         description="Client settings for the manager cluster.",

@@ -347,7 +347,7 @@ class Nominator:
             if decision is None:
                 self.queue.add_after(key, self.config.resync_seconds)
                 return "no decision"
-            target = tuple(decision.nominate)
+            target = current if decision.withheld else tuple(decision.nominate)
             if not target and current and not any(snap.active for snap in snapshots):
                 # Every candidate is unreachable or inactive at once (a network blip on our
                 # side, or Kueue's): an empty nomination would have Kueue delete copies that
@@ -359,6 +359,10 @@ class Nominator:
                     self.in_flight.record(target, queued_workload(request), now)
                 else:
                     self.in_flight.forget(key)
+        if decision.withheld:
+            await self._withhold(key, workload, record, decision)
+            self.queue.add_after(key, self.config.resync_seconds)
+            return "withheld"
         record.decision, record.decided_at = decision, now
         message = summarize(decision)
         if target != current:
@@ -448,6 +452,19 @@ class Nominator:
         await self._event(workload, "Nominated", message, "Normal")
         self.queue.add_after(key, follow_up)
         return "nominated"
+
+    async def _withhold(
+        self, key: str, workload: Mapping[str, Any], record: Record, decision: Decision
+    ) -> None:
+        """A fail-closed plugin's filter failed: nothing is written (the standing nomination,
+        if any, stays). Logged and recorded as a Warning Event once per distinct reason."""
+        message = f"decision withheld: {decision.withheld}"[:1024]
+        if message == record.event_message:
+            log.debug("workload %s: %s", key, message, extra={"workload": key})
+            return
+        log.warning("workload %s: %s", key, message, extra={"workload": key})
+        record.event_message = message
+        await self._event(workload, "DecisionWithheld", message, "Warning")
 
     async def _write_or_remember(
         self, workload: Mapping[str, Any], record: Record, landing: Unconfirmed

@@ -225,15 +225,23 @@ class PluginHost:
         """Plugins whose algorithm registration failed (they are skipped)."""
         self._guard = _CallGuard()
 
-    def guard_hung_calls(self, hung_after: float, retry_after: float) -> None:
+    def guard_hung_calls(
+        self,
+        hung_after: float,
+        retry_after: float,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         """Skip a plugin whose latest call has been running for ``hung_after`` seconds (it
         hangs: the decision that made it was abandoned) until it returns; every
         ``retry_after`` seconds one call goes through again. Set it below the caller's decision
-        deadline, so the decision after an abandoned one already skips the plugin."""
+        deadline, so the decision after an abandoned one already skips the plugin. ``clock``
+        (seconds, monotonic) is replaceable for tests."""
         if not 0 < hung_after < retry_after:
             raise ValueError(f"need 0 < hung_after < retry_after, got {hung_after}, {retry_after}")
         self._guard.hung_after = hung_after
         self._guard.retry_after = retry_after
+        self._guard.clock = clock
 
     @classmethod
     def load(
@@ -347,15 +355,26 @@ class PluginHost:
         options: Mapping[str, Mapping[str, Any] | BaseModel] | None = None,
         *,
         plugin_weights: Mapping[str, float] | None = None,
+        fail_closed: Sequence[str] = (),
     ) -> Pipeline:
         """Compose the named algorithms with the plugins' filter/score/restrict hooks.
 
         ``options`` maps algorithm names to their raw options (validated by each algorithm's
         pydantic model; a validation error propagates). ``plugin_weights`` maps plugin names to
-        the weight of their ``mkd_score_cluster`` results (default 1).
+        the weight of their ``mkd_score_cluster`` results (default 1). ``fail_closed`` names
+        plugins whose failing filters withhold the decision instead of being skipped
+        (:attr:`Pipeline.fail_closed`); a name that is not a loaded plugin is an error, since
+        a misspelt name would silently leave the rule fail-open.
         """
         if not names:
             raise PluginError("no algorithm selected")
+        loaded = {p.name for p in self.plugins()}
+        unknown = sorted(set(fail_closed) - loaded)
+        if unknown:
+            raise PluginError(
+                f"fail_closed_plugins: {', '.join(map(repr, unknown))} not loaded; loaded "
+                f"plugins: {', '.join(sorted(loaded))}"
+            )
         opts = options or {}
         unused = sorted(set(opts) - set(names))
         if unused:
@@ -382,7 +401,12 @@ class PluginHost:
                 weight=weights.get(impl.plugin_name, 1.0),
             )
             scorers.append((scorer, impl.plugin_name))
-        return dataclasses.replace(base, filters=tuple(filters), scorers=tuple(scorers))
+        return dataclasses.replace(
+            base,
+            filters=tuple(filters),
+            scorers=tuple(scorers),
+            fail_closed=frozenset(fail_closed),
+        )
 
     def decide(
         self,

@@ -10,7 +10,9 @@ Hooks that take part in a decision (:func:`mkd_filter_cluster`, :func:`mkd_score
 implementing plugin; a plugin whose stage raises, or returns something invalid, is skipped for
 that decision and the error is recorded in ``Decision.errors``. A plugin whose call hangs
 past the decision timeout is skipped the same way while that call runs on (retried every ten
-timeouts).
+timeouts). A plugin named in the ``fail_closed_plugins`` setting is not skipped when its filter
+or restriction fails: the decision is withheld instead (``Decision.withheld``), for plugins
+whose filters enforce hard rules.
 """
 
 from __future__ import annotations

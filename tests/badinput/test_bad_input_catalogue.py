@@ -282,6 +282,14 @@ CASES: list[Case] = [
         CLI,
         "algorithms: unknown algorithm 'capcity-first'; available: all-at-once (builtin), capacity-first (builtin), gpu-type-affinity (builtin), incremental (builtin)",
     ),
+    Case(
+        "pipeline-fail-closed-unknown",
+        "cli",
+        "fail_closed_plugins: [tenancyy]",
+        "settings file `config.yaml`: `fail_closed_plugins: [tenancyy]` (a misspelt plugin)",
+        CLI,
+        "algorithms: fail_closed_plugins: 'tenancyy' not loaded; loaded plugins: builtin",
+    ),
 ]
 
 
@@ -761,8 +769,8 @@ async def test_invalid_workloads_leave_the_loop_running(loop_seen: LoopSeen) -> 
 def test_cli_case(
     case: Case, command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Bad settings or an unknown algorithm: ``check-config`` and ``run`` exit 2 before
-    connecting anywhere, stderr names the setting (and the file it came from)."""
+    """Bad settings, an unknown algorithm or fail-closed plugin: ``check-config`` and ``run``
+    exit 2 before connecting anywhere, stderr names the setting (and the file it came from)."""
     monkeypatch.chdir(tmp_path)
     for variable in [v for v in os.environ if v.startswith("DISPATCHER_")]:
         monkeypatch.delenv(variable)
@@ -773,6 +781,11 @@ def test_cli_case(
         (tmp_path / "config.yaml").write_text(case.subject + "\n")
         argv = [command, *offline, "--config", "config.yaml", *unreachable]
         expected = f"invalid settings:\n  - {case.message}\n"
+    elif case.id.startswith("pipeline-"):
+        # Valid settings naming something the plugin host does not have.
+        (tmp_path / "config.yaml").write_text(case.subject + "\n")
+        argv = [command, *offline, "--config", "config.yaml", *unreachable]
+        expected = f"{case.message}\n"
     else:
         argv = [command, *offline, "--algorithms", case.subject, *unreachable]
         expected = f"{case.message}\n"
