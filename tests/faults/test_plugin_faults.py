@@ -34,6 +34,7 @@ from dispatcher.sandbox.testkit import (
     by_job,
     cluster_of,
     cpu_jobs,
+    dispatcher_events,
     placed_all,
     scrape,
 )
@@ -321,6 +322,71 @@ async def test_hanging_plugin_costs_one_decision_timeout(
     figures.record("plugin hangs: all admitted after the hang began", done - hang_began, "s")
 
 
+async def test_hanging_fail_closed_plugin_withholds_until_it_answers(
+    tmp_path: Path,
+    crds_dir: Path,
+    plugin_host: Any,
+    figures: Any,
+) -> None:
+    """The same hanging plugin, listed in ``fail_closed_plugins`` (it enforces a hard rule:
+    here, "only worker-h100"): while it hangs, decisions are withheld instead of skipping it,
+    so no workload is nominated anywhere the rule was not checked; each workload gets a
+    ``DecisionWithheld`` Warning Event naming the plugin. Once the call returns, every
+    workload is dispatched where the rule allows."""
+    plugin = FaultyPlugin("hangs")
+    plugin_host(plugin)
+    lines = cpu_jobs("ruled", 4)
+    names = {line.name for line in lines}
+    recorder = ReplicaRecorder()
+    settings = {
+        "decision_timeout_seconds": DECISION_TIMEOUT,
+        "fail_closed_plugins": [PLUGIN],
+        "resync_seconds": 2.0,  # a withheld decision is tried again at the resync interval
+    }
+    async with environment(tmp_path, default_topology(), crds=crds_dir, settings=settings) as env:
+        assert env.dispatcher is not None
+        recorder.install(env.sandbox.manager)
+        try:
+            await env.submit(lines)
+            with anyio.fail_after(30):
+                await plugin.entered.wait()
+            hang_began = anyio.current_time()
+
+            async def withheld() -> set[str]:
+                events = await dispatcher_events(env, "DecisionWithheld")
+                return {e["involvedObject"]["name"] for e in events}
+
+            with anyio.fail_after(40):
+                while len(await withheld()) < len(names):  # noqa: ASYNC110 - API state, polled
+                    await anyio.sleep(0.2)
+            all_withheld = anyio.current_time() - hang_began
+            events = await dispatcher_events(env, "DecisionWithheld")
+            # Nothing written while the rule could not be checked.
+            written_while_hung = len(recorder.writes)
+            assert written_while_hung == 0
+            assert plugin.hanging >= 1
+        finally:
+            plugin.release.set()
+        released = anyio.current_time()
+        final = by_job(await env.wait_for_manager(placed_all(names), within=40))
+        dispatched = anyio.current_time() - released
+    assert {cluster_of(final[name]) for name in names} == {PIN}
+    assert all(e["type"] == "Warning" for e in events)
+    # One Event per workload and reason, however often its decision was withheld.
+    assert sorted(e["involvedObject"]["name"] for e in events) == sorted(
+        {e["involvedObject"]["name"] for e in events}
+    )
+    assert all(f"fail-closed plugin {PLUGIN} failed" in e["message"] for e in events)
+    figures.record("plugin hangs, fail-closed: workloads", len(names), "")
+    figures.record(
+        "plugin hangs, fail-closed: nominations written while hung", written_while_hung, ""
+    )
+    figures.record(
+        "plugin hangs, fail-closed: all withheld after the hang began", all_withheld, "s"
+    )
+    figures.record("plugin hangs, fail-closed: all admitted after release", dispatched, "s")
+
+
 class _HangsOnce:
     """A filter whose first call hangs until released; later calls keep every cluster."""
 
@@ -346,9 +412,8 @@ def test_hung_plugin_is_skipped_until_its_call_returns_or_a_retry_is_due() -> No
     a call that returns clears the guard."""
     plugin = _HangsOnce()
     host = make_host([(PLUGIN, plugin)])
-    host.guard_hung_calls(hung_after=0.5, retry_after=5.0)
     now = [100.0]
-    host._guard.clock = lambda: now[0]
+    host.guard_hung_calls(hung_after=0.5, retry_after=5.0, clock=lambda: now[0])
     fleet = [make_cluster(f"w{i}", cpu=8, order=i) for i in range(2)]
     hung = threading.Thread(target=decide, args=(make_request(cpu=1), fleet), kwargs={"host": host})
     hung.start()
