@@ -95,6 +95,15 @@ class Environment:
         items: list[Obj] = listed.get("items") or []
         return items
 
+    async def copies_by_workload(self) -> dict[str, list[str]]:
+        """Where the copies are: manager Workload name -> the workers holding a copy (fresh
+        from each worker's API, workers in topology order)."""
+        copies: dict[str, list[str]] = {}
+        for worker in self.sandbox.workers:
+            for copy in await self.worker_workloads(worker.name):
+                copies.setdefault(copy["metadata"]["name"], []).append(worker.name)
+        return copies
+
 
 def _kueue_config(
     dispatcher_name: str, remedy: Remedy, overrides: Mapping[str, Any]

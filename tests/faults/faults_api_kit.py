@@ -131,15 +131,6 @@ def contradicting(writes: list[Nomination], placed: dict[str, str]) -> list[str]
     return sorted({w.name for w in writes if w.clusters and placed.get(w.name) not in w.clusters})
 
 
-async def copies_by_workload(env: Environment) -> dict[str, list[str]]:
-    """The workers holding a copy of each Workload (by name)."""
-    copies: dict[str, list[str]] = {}
-    for worker in WORKERS:
-        for copy in await env.worker_workloads(worker):
-            copies.setdefault(copy["metadata"]["name"], []).append(worker)
-    return copies
-
-
 async def wait_drained(queue: WorkQueue, within: float) -> None:
     """Wait until the work queue holds no key, not even a delayed one (polled: the queue has no
     change notification)."""

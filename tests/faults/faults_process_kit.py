@@ -20,8 +20,6 @@ from dispatcher.sandbox.fakeapi.admission import AdmissionRequest, Match, Valida
 from dispatcher.sandbox.fakeapi.server import FakeCluster
 from dispatcher.sandbox.testkit import NominationRecorder, cluster_of, free_port, run_command
 
-WORKERS = ("worker-a100", "worker-h100", "worker-cpu")
-
 # The short Lease of test_manager_must_show.LEASE, as the process's environment gives it.
 LEASE_ENV = {
     "DISPATCHER_LEADER_ELECTION__NAMESPACE": "default",
@@ -192,15 +190,6 @@ class LeaseLog:
             while (found := self.first_held_by(identity, after)) is None:
                 await self._changed.wait()
         return found
-
-
-async def copies_by_workload(env: Environment) -> dict[str, list[str]]:
-    """Worker copies: manager Workload name -> the workers holding a copy."""
-    copies: dict[str, list[str]] = {}
-    for worker in WORKERS:
-        for copy in await env.worker_workloads(worker):
-            copies.setdefault(copy["metadata"]["name"], []).append(worker)
-    return copies
 
 
 def contradictions(final: dict[str, Any], writes_of: Any) -> list[str]:

@@ -33,7 +33,6 @@ from faults_api_kit import (
     RetryLog,
     answers_by_client,
     contradicting,
-    copies_by_workload,
     small_cpu_workloads,
     status_writes_by_workload,
     wait_drained,
@@ -198,7 +197,7 @@ async def test_manager_api_faults_during_a_burst(
         stuck = sum(value for _, value in samples.get(STUCK_SERIES, []))
 
         # None twice: one copy per Workload across the workers; one admitted write each.
-        copies = await copies_by_workload(env)
+        copies = await env.copies_by_workload()
         twice = sorted(n for n, where in copies.items() if len(where) > 1)
         missing_copies = sorted(names - copies.keys())
         counts = write_counts(recorder.writes)
@@ -320,7 +319,7 @@ async def test_conflict_on_every_first_write_is_retried(
         assert not wrong, wrong
         assert nominator.races >= count
         assert env.kueue.manager.admitted() == count
-        copies = await copies_by_workload(env)
+        copies = await env.copies_by_workload()
         assert {n: len(copies.get(n, [])) for n in names} == dict.fromkeys(names, 1)
 
 
@@ -406,5 +405,5 @@ async def test_lost_answer_to_every_first_write(
         assert {n: events[n] for n in names} == dict.fromkeys(names, 1)
         assert counted == count
         assert env.kueue.manager.admitted() == count
-        copies = await copies_by_workload(env)
+        copies = await env.copies_by_workload()
         assert {n: len(copies.get(n, [])) for n in names} == dict.fromkeys(names, 1)

@@ -27,7 +27,6 @@ from faults_process_kit import (
     ReplicaRecorder,
     assert_no_tokens,
     contradictions,
-    copies_by_workload,
     stop_all,
 )
 
@@ -77,7 +76,7 @@ async def _placed_or_fail(env: Any, names: set[str], writes_of: Any, within: flo
 async def _assert_each_admitted_once(env: Any, final: dict[str, Any], writes_of: Any) -> int:
     """One copy per workload across the workers, none contradicting; returns duplicates."""
     assert not contradictions(final, writes_of)
-    copies = await copies_by_workload(env)
+    copies = await env.copies_by_workload()
     assert sorted(copies) == sorted(w["metadata"]["name"] for w in final.values())
     duplicates = sum(1 for where in copies.values() if len(where) > 1)
     assert duplicates == 0, {n: w for n, w in copies.items() if len(w) > 1}
