@@ -181,6 +181,17 @@ class Nomination:
     clusters: tuple[str, ...]
 
 
+def on_status_writes(
+    cluster: FakeCluster, name: str, check: Callable[[AdmissionRequest], None]
+) -> None:
+    """Call ``check`` on every Workload status write ``cluster`` is about to store: a validating
+    hook named ``name``, added after Kueue's own hooks, so it sees what would be stored; a
+    ``Denied`` it raises refuses the write."""
+    cluster.admission.add_validating(
+        ValidatingHook(name, Match(resources=("workloads/status",), operations=("UPDATE",)), check)
+    )
+
+
 @dataclass
 class NominationRecorder:
     """A validating hook on the manager (installed last, so it sees what is stored) that
@@ -194,13 +205,7 @@ class NominationRecorder:
 
     def install(self, cluster: FakeCluster) -> None:
         """Add the hook to ``cluster`` (after Kueue's own hooks)."""
-        cluster.admission.add_validating(
-            ValidatingHook(
-                "test-nomination-recorder",
-                Match(resources=("workloads/status",), operations=("UPDATE",)),
-                self._record,
-            )
-        )
+        on_status_writes(cluster, "test-nomination-recorder", self._record)
 
     def _record(self, request: AdmissionRequest) -> None:
         if request.field_manager != self.field_manager:

@@ -18,12 +18,12 @@ from dispatcher.controller.nominator import Nominator
 from dispatcher.controller.workqueue import WorkQueue
 from dispatcher.k8s.errors import ApiError
 from dispatcher.sandbox.environment import Environment
-from dispatcher.sandbox.fakeapi.admission import AdmissionRequest, Denied, Match, ValidatingHook
+from dispatcher.sandbox.fakeapi.admission import AdmissionRequest, Denied
 from dispatcher.sandbox.fakeapi.errors import conflict
 from dispatcher.sandbox.fakeapi.faults import JournalEntry
 from dispatcher.sandbox.fakeapi.server import FakeCluster
 from dispatcher.sandbox.kubeclient import WORKLOADS
-from dispatcher.sandbox.testkit import FIELD_MANAGER, Nomination
+from dispatcher.sandbox.testkit import FIELD_MANAGER, Nomination, on_status_writes
 from dispatcher.sandbox.topology import WorkloadLine
 
 Obj = dict[str, Any]
@@ -100,13 +100,7 @@ class FirstAttemptConflicts:
 
     def install(self, cluster: FakeCluster) -> None:
         """Add the hook to ``cluster`` (after Kueue's own hooks)."""
-        cluster.admission.add_validating(
-            ValidatingHook(
-                "test-first-attempt-conflict",
-                Match(resources=("workloads/status",), operations=("UPDATE",)),
-                self._check,
-            )
-        )
+        on_status_writes(cluster, "test-first-attempt-conflict", self._check)
 
     def _check(self, request: AdmissionRequest) -> None:
         if request.field_manager != self.field_manager:

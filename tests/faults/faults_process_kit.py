@@ -18,7 +18,13 @@ import anyio
 from dispatcher.sandbox.environment import Environment
 from dispatcher.sandbox.fakeapi.admission import AdmissionRequest, Match, ValidatingHook
 from dispatcher.sandbox.fakeapi.server import FakeCluster
-from dispatcher.sandbox.testkit import NominationRecorder, cluster_of, free_port, run_command
+from dispatcher.sandbox.testkit import (
+    NominationRecorder,
+    cluster_of,
+    free_port,
+    on_status_writes,
+    run_command,
+)
 
 # The short Lease of test_manager_must_show.LEASE, as the process's environment gives it.
 LEASE_ENV = {
@@ -140,13 +146,7 @@ class ReplicaRecorder(NominationRecorder):
 
     def install(self, cluster: FakeCluster) -> None:
         """Add the hook (named after the field manager) to ``cluster``."""
-        cluster.admission.add_validating(
-            ValidatingHook(
-                f"test-nomination-recorder-{self.field_manager}",
-                Match(resources=("workloads/status",), operations=("UPDATE",)),
-                self._record,
-            )
-        )
+        on_status_writes(cluster, f"test-nomination-recorder-{self.field_manager}", self._record)
 
     def _record(self, request: AdmissionRequest) -> None:
         if request.field_manager == self.field_manager:

@@ -16,11 +16,11 @@ import pytest
 
 from dispatcher.clusters.mirror import Mirror
 from dispatcher.clusters.registry import ClusterRegistry
-from dispatcher.sandbox.fakeapi.admission import AdmissionRequest, Match, ValidatingHook
+from dispatcher.sandbox.fakeapi.admission import AdmissionRequest
 from dispatcher.sandbox.fakeapi.server import FakeCluster
 from dispatcher.sandbox.fakeapi.store import Expired
 from dispatcher.sandbox.kubeclient import KubeClient
-from dispatcher.sandbox.testkit import FIELD_MANAGER, job_name
+from dispatcher.sandbox.testkit import FIELD_MANAGER, job_name, on_status_writes
 
 Obj = dict[str, Any]
 
@@ -226,13 +226,7 @@ class NominationTimes:
 
     def install(self, cluster: FakeCluster) -> None:
         """Add the hook to ``cluster`` (after Kueue's own hooks)."""
-        cluster.admission.add_validating(
-            ValidatingHook(
-                "test-nomination-times",
-                Match(resources=("workloads/status",), operations=("UPDATE",)),
-                self._record,
-            )
-        )
+        on_status_writes(cluster, "test-nomination-times", self._record)
 
     def _record(self, request: AdmissionRequest) -> None:
         if request.field_manager != self.field_manager:
@@ -270,13 +264,7 @@ class ReservationTimes:
 
     def install(self, cluster: FakeCluster) -> None:
         """Add the hook to ``cluster`` (after Kueue's own hooks)."""
-        cluster.admission.add_validating(
-            ValidatingHook(
-                "test-reservation-times",
-                Match(resources=("workloads/status",), operations=("UPDATE",)),
-                self._record,
-            )
-        )
+        on_status_writes(cluster, "test-reservation-times", self._record)
 
     def _record(self, request: AdmissionRequest) -> None:
         new = request.object or {}
