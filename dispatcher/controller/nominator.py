@@ -273,11 +273,10 @@ class Nominator:
         workload = self.registry.manager.cache("workloads").get(name, namespace)
         record = self.records.setdefault(key, Record())
         message = f"cannot dispatch: {error}"
-        if workload is None or record.event_message == message:
-            return
-        record.event_message = message
-        log.warning("workload %s: %s", key, message, extra={"workload": key})
-        await self._event(workload, "InvalidWorkload", message, "Warning")
+        if workload is not None and await self._event_once(
+            workload, record, "InvalidWorkload", message, "Warning"
+        ):
+            log.warning("workload %s: %s", key, message, extra={"workload": key})
 
     # --- one workload --------------------------------------------------------------------------
 
@@ -380,14 +379,8 @@ class Nominator:
         # One Event per nomination written, and one per change of the reason nothing is
         # nominated; a decision that keeps the current nomination (its message counts the
         # patience down) records none, so a waiting workload does not accumulate Events.
-        if (target != current or not target) and message != record.event_message:
-            record.event_message = message
-            await self._event(
-                workload,
-                "Nominated" if target else "NotNominated",
-                message,
-                "Normal" if target else "Warning",
-            )
+        if target != current or not target:
+            await self._nomination_event(workload, record, target, message)
         follow_up = decision.requeue_after
         self.queue.add_after(
             key, follow_up if follow_up is not None else self.config.resync_seconds
@@ -459,12 +452,10 @@ class Nominator:
         """A fail-closed plugin's filter failed: nothing is written (the standing nomination,
         if any, stays). Logged and recorded as a Warning Event once per distinct reason."""
         message = f"decision withheld: {decision.withheld}"[:1024]
-        if message == record.event_message:
+        if await self._event_once(workload, record, "DecisionWithheld", message, "Warning"):
+            log.warning("workload %s: %s", key, message, extra={"workload": key})
+        else:
             log.debug("workload %s: %s", key, message, extra={"workload": key})
-            return
-        log.warning("workload %s: %s", key, message, extra={"workload": key})
-        record.event_message = message
-        await self._event(workload, "DecisionWithheld", message, "Warning")
 
     async def _write_or_remember(
         self, workload: Mapping[str, Any], record: Record, landing: Unconfirmed
@@ -501,15 +492,7 @@ class Nominator:
             extra={"workload": key, "clusters": list(landing.target)},
         )
         self._written(workload, record, landing.target, self._now(), landing.algorithm)
-        if landing.message != record.event_message:
-            record.event_message = landing.message
-            nominated = bool(landing.target)
-            await self._event(
-                workload,
-                "Nominated" if nominated else "NotNominated",
-                landing.message,
-                "Normal" if nominated else "Warning",
-            )
+        await self._nomination_event(workload, record, landing.target, landing.message)
 
     def _written(
         self,
@@ -802,6 +785,28 @@ class Nominator:
         for name in self._published_states - set(states):
             self.metrics.forget_cluster(name)  # its MultiKueueCluster was deleted
         self._published_states = set(states)
+
+    async def _event_once(
+        self, workload: Mapping[str, Any], record: Record, reason: str, message: str, kind: str
+    ) -> bool:
+        """:meth:`_event` unless ``message`` is the workload's last Event message (a workload
+        decided again and again for the same reason does not accumulate Events); whether it
+        was recorded."""
+        if message == record.event_message:
+            return False
+        record.event_message = message
+        await self._event(workload, reason, message, kind)
+        return True
+
+    async def _nomination_event(
+        self, workload: Mapping[str, Any], record: Record, target: tuple[str, ...], message: str
+    ) -> None:
+        """The Event of a decision: ``Nominated`` for a nomination, a Warning ``NotNominated``
+        when nothing is nominated (once per distinct message)."""
+        if target:
+            await self._event_once(workload, record, "Nominated", message, "Normal")
+        else:
+            await self._event_once(workload, record, "NotNominated", message, "Warning")
 
     async def _event(
         self, workload: Mapping[str, Any], reason: str, message: str, kind: str
