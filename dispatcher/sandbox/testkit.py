@@ -315,7 +315,11 @@ async def scrape_url(session: aiohttp.ClientSession, url: str) -> Samples:
     """``GET url`` (a Prometheus text exposition): samples by sample name, with labels."""
     async with session.get(url) as response:
         response.raise_for_status()
-        text = await response.text()
+        return samples_of(await response.text())
+
+
+def samples_of(text: str) -> Samples:
+    """The samples of a Prometheus text exposition by sample name, with labels."""
     samples: Samples = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:

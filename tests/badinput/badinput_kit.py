@@ -15,7 +15,6 @@ from typing import Any
 import anyio
 import yaml
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 
 from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest
 from dispatcher.cli import main as cli_main
@@ -34,7 +33,7 @@ from dispatcher.k8s.resources import (
 from dispatcher.k8s.watching import BackoffPolicy, WatchSettings
 from dispatcher.sandbox.fakeapi import FakeCluster
 from dispatcher.sandbox.kueue_crds import KUEUE_SHORT_FORMS
-from dispatcher.sandbox.testkit import multikueue_cluster_status
+from dispatcher.sandbox.testkit import multikueue_cluster_status, samples_of
 from dispatcher.telemetry.metrics import Metrics
 
 Obj = dict[str, Any]
@@ -285,12 +284,10 @@ class SchemaLess:
     def nominations(self) -> dict[tuple[str, str], float]:
         """``multikueue_dispatcher_nominations_total`` by ``(cluster, algorithm)``."""
         assert self.nominator.metrics is not None
-        text = generate_latest(self.nominator.metrics.registry).decode()
+        samples = samples_of(generate_latest(self.nominator.metrics.registry).decode())
         return {
-            (sample.labels["cluster"], sample.labels["algorithm"]): sample.value
-            for family in text_string_to_metric_families(text)
-            for sample in family.samples
-            if sample.name == "multikueue_dispatcher_nominations_total"
+            (labels["cluster"], labels["algorithm"]): value
+            for labels, value in samples.get("multikueue_dispatcher_nominations_total", [])
         }
 
     async def events(self, name: str, namespace: str = "default") -> list[Obj]:
