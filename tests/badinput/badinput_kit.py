@@ -242,11 +242,11 @@ def first_active(request: DispatchRequest, snapshots: Sequence[ClusterSnapshot])
 
 @dataclass
 class SchemaLess:
-    """A manager and one worker ``w1`` served without Kueue's CRD schema, the real registry and
-    nomination loop on them (``first_active`` decides), and a way to wait for the manager."""
+    """A manager and its workers (by default one, ``w1``) served without Kueue's CRD schema,
+    the real registry and nomination loop on them (``first_active`` decides by default), and
+    a way to wait for the manager."""
 
     manager: FakeCluster
-    worker: FakeCluster
     api: KubeApi
     registry: ClusterRegistry
     nominator: Nominator
@@ -372,7 +372,7 @@ async def schema_less_dispatcher(
             config=ControllerConfig(resync_seconds=0.5, sync_grace_seconds=5.0),
             metrics=Metrics(registry=CollectorRegistry()),
         )
-        env = SchemaLess(manager, clusters[workers[0]], api, registry, nominator, clusters)
+        env = SchemaLess(manager, api, registry, nominator, clusters)
         reconcile = nominator.reconcile
 
         async def counted(key: str) -> None:
