@@ -16,7 +16,7 @@ from dispatcher.sandbox.kubeclient import KubeClient
 from dispatcher.sandbox.kueue_crds import KUEUE_SHORT_FORMS
 
 
-async def test_a_closed_client_refuses_requests_instead_of_reopening() -> None:
+async def test_c11_a_closed_remote_client_refuses_requests_instead_of_reopening() -> None:
     async with FakeCluster("w1", resources=KUEUE_SHORT_FORMS) as fake:
         kube = KubeClient(fake.kubeconfig)
         namespaces = await kube.request("GET", "/api/v1/namespaces")
@@ -28,7 +28,7 @@ async def test_a_closed_client_refuses_requests_instead_of_reopening() -> None:
         await kube.close()  # closing twice is harmless
 
 
-async def test_a_client_closed_before_its_first_request_opens_nothing() -> None:
+async def test_c11_a_client_closed_before_its_first_request_opens_nothing() -> None:
     async with FakeCluster("w1", resources=KUEUE_SHORT_FORMS) as fake:
         async with KubeClient(fake.kubeconfig) as kube:
             pass
