@@ -1,8 +1,10 @@
-"""The scenario suite's backend: ``sandbox`` (default) or ``kind``.
+"""The scenario suite's backend: ``sandbox`` (default), ``real`` or ``kind``.
 
-Choose with ``pytest tests/e2e --backend kind`` or ``E2E_BACKEND=kind``. The kind backend is
-skipped, with the reason, where docker, kind or the clusters are missing (``hack/kind-e2e.sh``
-creates them and runs the suite).
+Choose with ``pytest tests/e2e --backend real`` or ``E2E_BACKEND=real``. The real backend is
+skipped, with the reason, where its binaries are not built (``python -m
+dispatcher.sandbox.real.build``), except under ``REQUIRE_REAL_BACKEND=1`` (CI), where that
+fails. The kind backend is skipped, with the reason, where docker, kind or the clusters are
+missing (``hack/kind-e2e.sh`` creates them and runs the suite).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 
 import pytest
 
-BACKENDS = ("sandbox", "kind")
+BACKENDS = ("sandbox", "real", "kind")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -49,6 +51,23 @@ async def backend(
             pytest.skip(f"kind backend: {reason}")
         async with KindBackend() as kind:
             yield kind
+        return
+    if name == "real":
+        from e2e_real_backend import RealBackend
+
+        from dispatcher.sandbox.real.build import missing_binaries
+
+        missing = missing_binaries()
+        if missing:
+            reason = (
+                f"real backend: binaries not built ({', '.join(missing)}): run "
+                "`python -m dispatcher.sandbox.real.build` (needs Go)"
+            )
+            if os.environ.get("REQUIRE_REAL_BACKEND") == "1":
+                pytest.fail(reason + " (REQUIRE_REAL_BACKEND=1)")
+            pytest.skip(reason)
+        async with RealBackend(tmp_path_factory.mktemp("e2e-real")) as real:
+            yield real
         return
     from e2e_sandbox_backend import SandboxBackend
 

@@ -1,0 +1,736 @@
+"""Real clusters as processes on loopback: etcd, kube-apiserver, a garbage collector and Kueue.
+
+One :class:`RealCluster` per cluster of a topology. Each is
+
+- an ``etcd`` on two free loopback ports (data in the cluster's folder, no fsync);
+- a ``kube-apiserver`` on a free loopback port, TLS from the plane's CA (:mod:`.pki`), one
+  static bearer token in ``system:masters`` (``--token-auth-file``), the
+  ``MutatingAdmissionPolicy`` admission plugin on (for Kueue's
+  ``clear-nominated-cluster-names`` policy);
+- a ``kube-controller-manager`` that runs only the garbage collector, so that deleting a Job
+  deletes the Workload it owns as on any cluster (there is no kubelet, scheduler or Job
+  controller: no pod ever runs; :mod:`.finisher` finishes Jobs by writing their status, as
+  Kueue's own integration tests do);
+- Kueue's controller manager out of cluster with a generated Configuration (v1beta2): leader
+  election off, internal certificate management off, its webhook server on a free port with
+  the plane's certificate, the webhook configurations pointed at it by URL, only the
+  ``batch/job`` integration, metrics off.
+
+Kueue's CRDs, webhook configurations and admission policy come from the Kueue module in the Go
+module cache (``go mod download -json sigs.k8s.io/kueue@VERSION``), never from this repository.
+
+Stop order matters: Kueue and the garbage collector first, then the API server, then etcd (an
+API server whose etcd is gone hangs on shutdown). Every process writes its log to
+``<folder>/<cluster>/<component>.log``.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import copy
+import json
+import logging
+import os
+import secrets
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import aiohttp
+import anyio
+import yaml
+
+from dispatcher.sandbox.kubeclient import KubeClient, KubeError, Resource
+from dispatcher.sandbox.real.build import (
+    BuildError,
+    binary_path,
+    load_versions,
+    missing_binaries,
+    module_dir,
+)
+from dispatcher.sandbox.real.pki import Pki, make_pki
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+Remedy = Literal["none", "policy", "gate"]
+"""How the field-manager pitfall (upstream issue 6185) is avoided on the manager: Kueue's
+``clear-nominated-cluster-names`` admission policy, Kueue's ``WorkloadRequestUseMergePatch``
+gate, or nothing."""
+
+KUEUE_NAMESPACE = "kueue-system"
+ALL_AT_ONCE = "kueue.x-k8s.io/multikueue-dispatcher-all-at-once"
+INCREMENTAL = "kueue.x-k8s.io/multikueue-dispatcher-incremental"
+CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", namespaced=False)
+MUTATING_WEBHOOKS = Resource(
+    "admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations", namespaced=False
+)
+VALIDATING_WEBHOOKS = Resource(
+    "admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations", namespaced=False
+)
+ADMISSION_POLICIES = Resource(
+    "admissionregistration.k8s.io", "v1", "mutatingadmissionpolicies", namespaced=False
+)
+ADMISSION_POLICY_BINDINGS = Resource(
+    "admissionregistration.k8s.io", "v1", "mutatingadmissionpolicybindings", namespaced=False
+)
+NAMESPACES = Resource("", "v1", "namespaces", namespaced=False)
+# Kueue's conversion webhook serves these CRDs (its config/components/crd/patches).
+CONVERTED_CRDS = {
+    "localqueues.kueue.x-k8s.io",
+    "clusterqueues.kueue.x-k8s.io",
+    "cohorts.kueue.x-k8s.io",
+    "workloads.kueue.x-k8s.io",
+    "multikueueclusters.kueue.x-k8s.io",
+}
+# Only the webhooks of what runs here: Kueue's own objects and batch Jobs.
+WEBHOOK_GROUPS = {"kueue.x-k8s.io", "batch"}
+# Kueue opens these when internal certificate management is off (cmd/kueue/main.go).
+KUEUE_METRICS_CERTS = Path("/etc/kueue/metrics/certs")
+FIELD_MANAGER = "mkd-real-harness"
+
+
+class ControlPlaneError(RuntimeError):
+    """A process of the real control plane did not start or stop (names it and its log)."""
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+@dataclass
+class Process:
+    """One child process with its log file."""
+
+    name: str
+    argv: list[str]
+    log_path: Path
+    env: dict[str, str] | None = None
+    popen: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        """Start it (its output goes to the log file, appended across restarts)."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as out:
+            out.write(f"\n=== start {time.strftime('%H:%M:%S')}: {' '.join(self.argv)}\n".encode())
+            out.flush()
+            self.popen = subprocess.Popen(
+                self.argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.env,
+                start_new_session=True,
+            )
+
+    @property
+    def running(self) -> bool:
+        """Whether it was started and has not exited."""
+        return self.popen is not None and self.popen.poll() is None
+
+    def check_running(self) -> None:
+        """Raise :class:`ControlPlaneError` with the log's tail when it exited."""
+        if self.popen is not None and self.popen.poll() is not None:
+            raise ControlPlaneError(
+                f"{self.name} exited with {self.popen.returncode}; "
+                f"last lines of {self.log_path}:\n{_tail(self.log_path)}"
+            )
+
+    async def stop(self, grace: float = 20.0) -> None:
+        """SIGTERM, then SIGKILL after ``grace`` seconds."""
+        popen = self.popen
+        if popen is None or popen.poll() is not None:
+            return
+        popen.send_signal(signal.SIGTERM)
+        try:
+            await anyio.to_thread.run_sync(lambda: popen.wait(grace))
+        except subprocess.TimeoutExpired:
+            log.warning("%s did not stop within %.0f s: killed", self.name, grace)
+            popen.kill()
+            await anyio.to_thread.run_sync(popen.wait)
+
+    def kill(self) -> None:
+        """SIGKILL at once (a crash)."""
+        if self.popen is not None and self.popen.poll() is None:
+            self.popen.kill()
+            self.popen.wait()
+
+
+async def wait_until(
+    probe: Any, what: str, within: float, processes: Sequence[Process] = (), every: float = 0.2
+) -> Any:
+    """Call the async ``probe()`` until it returns a true value or ``within`` seconds pass.
+
+    Fails early, with the process's log, when one of ``processes`` exited.
+    """
+    deadline = time.monotonic() + within
+    last: BaseException | None = None
+    while True:
+        for process in processes:
+            process.check_running()
+        try:
+            value = await probe()
+            if value:
+                return value
+        except (OSError, aiohttp.ClientError, KubeError, TimeoutError) as error:
+            last = error
+        if time.monotonic() > deadline:
+            hint = f" (last error: {last})" if last else ""
+            raise ControlPlaneError(f"not within {within:g} s: {what}{hint}")
+        await anyio.sleep(every)  # polling a probe with a deadline, not synchronisation
+
+
+@dataclass(frozen=True)
+class KueueOptions:
+    """What the Kueue Configuration of one cluster says beyond the harness's fixed choices."""
+
+    dispatcher_name: str | None = None
+    """``multiKueue.dispatcherName`` (manager only; None: not a MultiKueue manager)."""
+    merge_patch_gate: bool = False
+    """Kueue's ``WorkloadRequestUseMergePatch`` feature gate (a pitfall remedy)."""
+    incremental_step_size: int | None = None
+    worker_lost_timeout: str = "15s"
+    """``multiKueue.workerLostTimeout`` (Kueue's default is 15 minutes; short for tests)."""
+    gc_interval: str = "30s"
+    feature_gates: Mapping[str, bool] = field(default_factory=dict)
+
+
+def kueue_configuration(
+    options: KueueOptions, *, webhook_port: int, health_port: int, cert_dir: Path
+) -> Obj:
+    """The Kueue Configuration (v1beta2) the harness runs a cluster's Kueue with."""
+    gates: dict[str, bool] = {"VisibilityOnDemand": False}
+    if options.merge_patch_gate:
+        gates["WorkloadRequestUseMergePatch"] = True
+    gates.update(options.feature_gates)
+    config: Obj = {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "namespace": KUEUE_NAMESPACE,
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
+        "metrics": {"bindAddress": "0"},
+        "webhook": {"host": "127.0.0.1", "port": webhook_port, "certDir": str(cert_dir)},
+        "leaderElection": {"leaderElect": False},
+        "internalCertManagement": {"enable": False},
+        "clientConnection": {"qps": 300, "burst": 500},
+        "integrations": {"frameworks": ["batch/job"]},
+        "featureGates": gates,
+    }
+    if options.dispatcher_name is not None:
+        multikueue: Obj = {
+            "dispatcherName": options.dispatcher_name,
+            "workerLostTimeout": options.worker_lost_timeout,
+            "gcInterval": options.gc_interval,
+        }
+        if options.incremental_step_size is not None:
+            multikueue["incrementalDispatcherConfig"] = {"stepSize": options.incremental_step_size}
+        config["multiKueue"] = multikueue
+    return config
+
+
+def _load_documents(path: Path) -> list[Obj]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict)]
+
+
+@dataclass(frozen=True)
+class KueueManifests:
+    """Kueue's CRDs, webhook configurations and admission policy, from its Go module."""
+
+    crds: list[Obj]
+    mutating: Obj
+    validating: Obj
+    policy: list[Obj]
+
+    @classmethod
+    def from_module(cls, directory: Path) -> KueueManifests:
+        """Read them from ``config/components`` of Kueue's module directory."""
+        components = directory / "config" / "components"
+        crds = [
+            doc
+            for path in sorted((components / "crd" / "bases").glob("*.yaml"))
+            for doc in _load_documents(path)
+        ]
+        webhooks = _load_documents(components / "webhook" / "manifests.yaml")
+        mutating = next(d for d in webhooks if d["kind"] == "MutatingWebhookConfiguration")
+        validating = next(d for d in webhooks if d["kind"] == "ValidatingWebhookConfiguration")
+        policy = _load_documents(components / "map" / "manifests.yaml")
+        return cls(crds, mutating, validating, policy)
+
+    def crds_for(self, webhook_url: str, ca_bundle: str) -> list[Obj]:
+        """The CRDs, with Kueue's conversion webhook reached at ``webhook_url``."""
+        out = []
+        for crd in copy.deepcopy(self.crds):
+            if crd["metadata"]["name"] in CONVERTED_CRDS:
+                crd["spec"]["conversion"] = {
+                    "strategy": "Webhook",
+                    "webhook": {
+                        "clientConfig": {"url": f"{webhook_url}/convert", "caBundle": ca_bundle},
+                        "conversionReviewVersions": ["v1"],
+                    },
+                }
+            out.append(crd)
+        return out
+
+    def webhooks_for(self, webhook_url: str, ca_bundle: str) -> list[tuple[Resource, Obj]]:
+        """The webhook configurations of Kueue and batch Jobs, pointed at ``webhook_url``."""
+        out: list[tuple[Resource, Obj]] = []
+        for resource, config in (
+            (MUTATING_WEBHOOKS, self.mutating),
+            (VALIDATING_WEBHOOKS, self.validating),
+        ):
+            body = copy.deepcopy(config)
+            body["metadata"] = {"name": f"kueue-{config['metadata']['name']}"}
+            kept = []
+            for hook in body["webhooks"]:
+                groups = {g for rule in hook.get("rules") or [] for g in rule.get("apiGroups", [])}
+                if not groups or not groups <= WEBHOOK_GROUPS:
+                    continue
+                path = hook["clientConfig"]["service"]["path"]
+                hook["clientConfig"] = {"url": f"{webhook_url}{path}", "caBundle": ca_bundle}
+                kept.append(hook)
+            body["webhooks"] = kept
+            out.append((resource, body))
+        return out
+
+
+def _kubeconfig(name: str, server: str, ca_pem: bytes, token: str) -> Obj:
+    """A kubeconfig in the form Kueue accepts for a worker: inline CA data and a token."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": name,
+                "cluster": {
+                    "server": server,
+                    "certificate-authority-data": base64.b64encode(ca_pem).decode(),
+                },
+            }
+        ],
+        "users": [{"name": f"{name}-admin", "user": {"token": token}}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": f"{name}-admin"}}],
+        "current-context": name,
+    }
+
+
+class RealCluster:
+    """One cluster: etcd, kube-apiserver, the garbage collector and Kueue (module docstring)."""
+
+    def __init__(
+        self, name: str, directory: Path, pki: Pki, manifests: KueueManifests, kueue: KueueOptions
+    ) -> None:
+        self.name = name
+        self.directory = directory
+        self.pki = pki
+        self.manifests = manifests
+        self.kueue_options = kueue
+        self.token = secrets.token_hex(24)
+        self.etcd_port = free_port()
+        self.etcd_peer_port = free_port()
+        self.apiserver_port = free_port()
+        self.webhook_port = free_port()
+        self.kueue_health_port = free_port()
+        self.gc_port = free_port()
+        self.server = f"https://127.0.0.1:{self.apiserver_port}"
+        self.kubeconfig: Obj = _kubeconfig(name, self.server, pki.ca_pem, self.token)
+        self.kubeconfig_path = directory / f"{name}.kubeconfig"
+        self.etcd = Process(f"{name}/etcd", self._etcd_argv(), directory / "etcd.log")
+        self.apiserver = Process(
+            f"{name}/kube-apiserver", self._apiserver_argv(), directory / "kube-apiserver.log"
+        )
+        env = os.environ | {"KUBECONFIG": str(self.kubeconfig_path)}
+        self.gc = Process(
+            f"{name}/kube-controller-manager",
+            self._gc_argv(),
+            directory / "kube-controller-manager.log",
+        )
+        self.kueue = Process(
+            f"{name}/kueue",
+            [str(binary_path("kueue")), f"--config={directory / 'kueue-config.yaml'}"],
+            directory / "kueue.log",
+            env=env,
+        )
+
+    # --- command lines ----------------------------------------------------------------------
+
+    def _etcd_argv(self) -> list[str]:
+        peer = f"http://127.0.0.1:{self.etcd_peer_port}"
+        client = f"http://127.0.0.1:{self.etcd_port}"
+        return [
+            str(binary_path("etcd")),
+            f"--name={self.name}",
+            f"--data-dir={self.directory / 'etcd'}",
+            f"--listen-client-urls={client}",
+            f"--advertise-client-urls={client}",
+            f"--listen-peer-urls={peer}",
+            f"--initial-advertise-peer-urls={peer}",
+            f"--initial-cluster={self.name}={peer}",
+            "--unsafe-no-fsync=true",
+            "--log-level=warn",
+        ]
+
+    def _apiserver_argv(self) -> list[str]:
+        return [
+            str(binary_path("kube-apiserver")),
+            f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={self.apiserver_port}",
+            f"--tls-cert-file={self.pki.server_cert}",
+            f"--tls-private-key-file={self.pki.server_key}",
+            f"--client-ca-file={self.pki.ca_cert}",
+            f"--token-auth-file={self.directory / 'tokens.csv'}",
+            "--authorization-mode=RBAC",
+            f"--service-account-key-file={self.pki.service_account_pub}",
+            f"--service-account-signing-key-file={self.pki.service_account_key}",
+            "--service-account-issuer=https://kubernetes.default.svc",
+            "--service-cluster-ip-range=10.96.0.0/24",
+            "--endpoint-reconciler-type=none",
+            "--enable-admission-plugins=MutatingAdmissionPolicy",
+            f"--cert-dir={self.directory / 'apiserver-certs'}",
+            "--profiling=false",
+            "--v=1",
+        ]
+
+    def _gc_argv(self) -> list[str]:
+        return [
+            str(binary_path("kube-controller-manager")),
+            f"--kubeconfig={self.kubeconfig_path}",
+            "--controllers=garbagecollector",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={self.gc_port}",
+            f"--cert-dir={self.directory / 'gc-certs'}",
+            "--use-service-account-credentials=false",
+            "--v=1",
+        ]
+
+    # --- life cycle -------------------------------------------------------------------------
+
+    def client(self, user_agent: str = FIELD_MANAGER) -> KubeClient:
+        """A client of this cluster's API server (the caller closes it)."""
+        return KubeClient(self.kubeconfig, user_agent=user_agent)
+
+    async def _healthy(self, url: str, *, token: bool = False) -> bool:
+        context = ssl.create_default_context(cafile=str(self.pki.ca_cert))
+        headers = {"Authorization": f"Bearer {self.token}"} if token else {}
+        timeout = aiohttp.ClientTimeout(total=2)
+        async with (
+            aiohttp.ClientSession(timeout=timeout) as session,
+            session.get(url, ssl=context, headers=headers) as answer,
+        ):
+            return answer.status == 200
+
+    async def start_etcd(self) -> None:
+        """Start etcd and wait for ``/health``."""
+        self.etcd.start()
+        url = f"http://127.0.0.1:{self.etcd_port}/health"
+
+        async def healthy() -> bool:
+            async with (
+                aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as session,
+                session.get(url) as answer,
+            ):
+                return answer.status == 200
+
+        await wait_until(healthy, f"{self.name}: etcd healthy", 60, [self.etcd])
+
+    async def start_apiserver(self) -> None:
+        """Start kube-apiserver (again, on the same port) and wait for ``/readyz``."""
+        self.apiserver.start()
+        await wait_until(
+            lambda: self._healthy(f"{self.server}/readyz", token=True),
+            f"{self.name}: kube-apiserver ready",
+            90,
+            [self.apiserver],
+        )
+
+    async def stop_apiserver(self) -> None:
+        """Stop the API server (its clients get refused connections until it is back)."""
+        await self.apiserver.stop()
+
+    async def install_kueue_api(self, remedy: Remedy) -> None:
+        """Kueue's CRDs, its namespace, webhook configurations and (with ``policy``) the
+        ``clear-nominated-cluster-names`` admission policy."""
+        ca_bundle = base64.b64encode(self.pki.ca_pem).decode()
+        url = f"https://127.0.0.1:{self.webhook_port}"
+        async with self.client() as api:
+            for crd in self.manifests.crds_for(url, ca_bundle):
+                await api.apply(CRDS, crd, field_manager=FIELD_MANAGER, force=True)
+            await api.apply(
+                NAMESPACES,
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUEUE_NAMESPACE}},
+                field_manager=FIELD_MANAGER,
+                force=True,
+            )
+            for resource, body in self.manifests.webhooks_for(url, ca_bundle):
+                await api.apply(resource, body, field_manager=FIELD_MANAGER, force=True)
+            if remedy == "policy":
+                await self.install_policy(api)
+
+            async def established() -> bool:
+                for crd in self.manifests.crds:
+                    got = await api.get(CRDS, crd["metadata"]["name"])
+                    conditions = ((got or {}).get("status") or {}).get("conditions") or []
+                    if not any(
+                        c.get("type") == "Established" and c.get("status") == "True"
+                        for c in conditions
+                    ):
+                        return False
+                return True
+
+            await wait_until(established, f"{self.name}: Kueue CRDs established", 60)
+
+    async def install_policy(self, api: KubeClient) -> None:
+        """Kueue's ``clear-nominated-cluster-names`` MutatingAdmissionPolicy and binding."""
+        for doc in self.manifests.policy:
+            resource = (
+                ADMISSION_POLICIES
+                if doc["kind"] == "MutatingAdmissionPolicy"
+                else ADMISSION_POLICY_BINDINGS
+            )
+            await api.apply(resource, doc, field_manager=FIELD_MANAGER, force=True)
+
+    async def remove_policy(self) -> None:
+        """Remove the admission policy and its binding."""
+        async with self.client() as api:
+            for doc in self.manifests.policy:
+                resource = (
+                    ADMISSION_POLICIES
+                    if doc["kind"] == "MutatingAdmissionPolicy"
+                    else ADMISSION_POLICY_BINDINGS
+                )
+                await api.delete(resource, doc["metadata"]["name"])
+
+    def _write_kueue_config(self) -> None:
+        cert_dir = self.directory / "webhook-certs"
+        cert_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copy(self.pki.server_cert, cert_dir / "tls.crt")
+        shutil.copy(self.pki.server_key, cert_dir / "tls.key")
+        config = kueue_configuration(
+            self.kueue_options,
+            webhook_port=self.webhook_port,
+            health_port=self.kueue_health_port,
+            cert_dir=cert_dir,
+        )
+        (self.directory / "kueue-config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+
+    async def start_kueue(self, options: KueueOptions | None = None) -> None:
+        """Start Kueue (with new options, if given) and wait until its webhooks answer."""
+        if options is not None:
+            self.kueue_options = options
+        self._write_kueue_config()
+        self.kueue.start()
+        await wait_until(
+            lambda: self._healthy(f"http://127.0.0.1:{self.kueue_health_port}/readyz"),
+            f"{self.name}: Kueue ready",
+            120,
+            [self.kueue],
+        )
+
+        async def webhook_serves() -> bool:
+            # A dry-run create through the API server reaches Kueue's defaulting webhook.
+            body = {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "ResourceFlavor",
+                "metadata": {"name": "mkd-webhook-probe"},
+                "spec": {},
+            }
+            async with self.client() as api:
+                await api.request(
+                    "POST",
+                    "/apis/kueue.x-k8s.io/v1beta2/resourceflavors",
+                    query={"dryRun": "All"},
+                    body=body,
+                )
+            return True
+
+        await wait_until(webhook_serves, f"{self.name}: Kueue webhooks answer", 60, [self.kueue])
+
+    async def stop_kueue(self) -> None:
+        """Stop Kueue (the API keeps serving; Kueue's objects stay)."""
+        await self.kueue.stop()
+
+    async def start(self, remedy: Remedy) -> None:
+        """Start every process of the cluster and install Kueue's API."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        (self.directory / "tokens.csv").write_text(
+            f'{self.token},admin,admin-uid,"system:masters"\n'
+        )
+        self.kubeconfig_path.write_text(yaml.safe_dump(self.kubeconfig, sort_keys=False))
+        await self.start_etcd()
+        await self.start_apiserver()
+        await self.install_kueue_api(remedy)
+        self.gc.start()
+        await self.start_kueue()
+
+    async def stop(self) -> None:
+        """Stop Kueue and the garbage collector, then the API server, then etcd."""
+        with anyio.CancelScope(shield=True):
+            await self.kueue.stop()
+            await self.gc.stop()
+            await self.apiserver.stop()
+            await self.etcd.stop()
+
+    @property
+    def processes(self) -> list[Process]:
+        """Every process of the cluster."""
+        return [self.etcd, self.apiserver, self.gc, self.kueue]
+
+
+def kueue_manifests() -> KueueManifests:
+    """Kueue's manifests at the pinned version (downloaded into the module cache if needed)."""
+    versions = load_versions()
+    return KueueManifests.from_module(module_dir(versions.kueue_module, versions.kueue))
+
+
+def ensure_metrics_certs(pki: Pki) -> None:
+    """Kueue opens ``/etc/kueue/metrics/certs/tls.{crt,key}`` when internal certificate
+    management is off, even with metrics disabled: put the plane's certificate there unless a
+    pair is already present."""
+    crt, key = KUEUE_METRICS_CERTS / "tls.crt", KUEUE_METRICS_CERTS / "tls.key"
+    if crt.is_file() and key.is_file():
+        return
+    try:
+        KUEUE_METRICS_CERTS.mkdir(parents=True, exist_ok=True)
+        shutil.copy(pki.server_cert, crt)
+        shutil.copy(pki.server_key, key)
+    except OSError as error:
+        raise ControlPlaneError(
+            f"Kueue needs {crt} and {key} when its internal certificate management is off, "
+            f"and they cannot be written ({error}); create them (any key pair) and retry"
+        ) from error
+
+
+def require_binaries() -> None:
+    """Fail with the build command when a binary is missing."""
+    missing = missing_binaries()
+    if missing:
+        raise BuildError(
+            f"real control plane binaries not built: {', '.join(missing)}; "
+            "run `python -m dispatcher.sandbox.real.build` (needs Go; cached outside the "
+            "checkout)"
+        )
+
+
+@dataclass
+class RealPlane:
+    """A manager and its workers as real clusters (see :func:`real_plane`)."""
+
+    directory: Path
+    pki: Pki
+    manager: RealCluster
+    workers: dict[str, RealCluster]
+    remedy: Remedy
+
+    @property
+    def clusters(self) -> list[RealCluster]:
+        """The manager, then the workers."""
+        return [self.manager, *self.workers.values()]
+
+    def cluster(self, name: str) -> RealCluster:
+        """A cluster by name."""
+        if name == self.manager.name:
+            return self.manager
+        return self.workers[name]
+
+    async def restart_manager_kueue(self, options: KueueOptions) -> None:
+        """Restart the manager's Kueue with another Configuration (as a ConfigMap change and a
+        rollout restart do in a cluster)."""
+        await self.manager.stop_kueue()
+        await self.manager.start_kueue(options)
+
+    async def stop(self) -> None:
+        """Stop every cluster (in parallel)."""
+        async with anyio.create_task_group() as group:
+            for cluster in self.clusters:
+                group.start_soon(cluster.stop)
+
+
+@contextlib.asynccontextmanager
+async def real_plane(
+    directory: Path,
+    manager: str,
+    workers: Sequence[str],
+    *,
+    dispatcher_name: str,
+    remedy: Remedy = "policy",
+    kueue: KueueOptions | None = None,
+) -> AsyncIterator[RealPlane]:
+    """Start a manager and workers as real clusters in ``directory``; stop them on exit.
+
+    ``kueue`` sets the manager's Kueue options (its ``dispatcher_name`` and the remedy's gate
+    are filled in from the arguments). The caller creates the topology's objects.
+    """
+    require_binaries()
+    pki = make_pki(directory / "pki")
+    ensure_metrics_certs(pki)
+    manifests = kueue_manifests()
+    manager_options = kueue or KueueOptions()
+    manager_options = KueueOptions(
+        dispatcher_name=dispatcher_name,
+        merge_patch_gate=remedy == "gate" or manager_options.merge_patch_gate,
+        incremental_step_size=manager_options.incremental_step_size,
+        worker_lost_timeout=manager_options.worker_lost_timeout,
+        gc_interval=manager_options.gc_interval,
+        feature_gates=manager_options.feature_gates,
+    )
+    plane = RealPlane(
+        directory=directory,
+        pki=pki,
+        manager=RealCluster(manager, directory / manager, pki, manifests, manager_options),
+        workers={w: RealCluster(w, directory / w, pki, manifests, KueueOptions()) for w in workers},
+        remedy=remedy,
+    )
+    try:
+        started = time.monotonic()
+        async with anyio.create_task_group() as group:
+            for cluster in plane.clusters:
+                group.start_soon(cluster.start, remedy if cluster is plane.manager else "none")
+        log.info(
+            "real control plane: %d clusters ready in %.1f s (%s)",
+            len(plane.clusters),
+            time.monotonic() - started,
+            directory,
+        )
+        yield plane
+    finally:
+        await plane.stop()
+
+
+def describe(plane: RealPlane) -> str:
+    """One line per cluster: its API server and kubeconfig."""
+    return "\n".join(
+        f"{c.name}: {c.server} (kubeconfig {c.kubeconfig_path}, logs {c.directory})"
+        for c in plane.clusters
+    )
+
+
+def processes_json(plane: RealPlane) -> str:
+    """The process ids, for debugging a run."""
+    return json.dumps(
+        {
+            p.name: p.popen.pid if p.popen is not None else None
+            for c in plane.clusters
+            for p in c.processes
+        }
+    )
