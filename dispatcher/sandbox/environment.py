@@ -33,6 +33,7 @@ from dispatcher.sandbox.fakeapi.admission import (
 from dispatcher.sandbox.kubeclient import WORKLOADS, KubeClient
 from dispatcher.sandbox.kueue.emulator import EmulatedKueue, run_kueue
 from dispatcher.sandbox.kueue.runtime import Clock, KueueConfig
+from dispatcher.sandbox.kueue_crds import KUEUE_GROUP, UNSERVED_API_VERSIONS
 from dispatcher.sandbox.serve import Sandbox, start_topology
 from dispatcher.sandbox.topology import Topology, WorkloadLine, submit_workloads
 
@@ -132,15 +133,20 @@ async def environment(
 ) -> AsyncIterator[Environment]:
     """Start the clusters of ``topology`` in ``directory``, Kueue on them, and the dispatcher.
 
-    ``kueue`` overrides :class:`KueueConfig` fields; ``settings`` overrides dispatcher settings
-    (flat or dotted keys, as the command line gives them).
+    ``kueue`` overrides :class:`KueueConfig` fields (``{"version": "v0.20"}`` emulates Kueue
+    v0.20: v1beta1 unserved on every cluster, the v0.20 feature-gate defaults; see
+    ``docs/kueue-versions.md``); ``settings`` overrides dispatcher settings (flat or dotted keys,
+    as the command line gives them).
     """
+    config = _kueue_config(dispatcher_name, remedy, kueue or {})
     sandbox = await start_topology(directory, topology, crds=crds)
     try:
+        for cluster in sandbox.clusters:  # v0.20: kueue.x-k8s.io/v1beta1 is not served
+            for version in UNSERVED_API_VERSIONS[config.version]:
+                cluster.unserve_version(KUEUE_GROUP, version)
         if remedy == "policy":
             sandbox.manager.admission.add_mutating(kueue_clear_nominated_cluster_names_hook())
         sandbox.manager.admission.add_validating(kueue_cluster_name_webhook())
-        config = _kueue_config(dispatcher_name, remedy, kueue or {})
         manager_client = KubeClient(sandbox.manager.kubeconfig, user_agent="sandbox-user")
         async with (
             manager_client,

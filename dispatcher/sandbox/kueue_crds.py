@@ -4,6 +4,11 @@ The real Kueue v0.19.2 CRD files are never copied into this repository. They are
 the environment variable ``KUEUE_CRDS_DIR``; when it is unset, the folder
 ``../shared/kueue-v0.19.2/crds`` beside the project checkout (where CI keeps it) is tried.
 Without CRD files, the Kueue kinds are registered without a schema (not validated).
+
+Kueue v0.20 ships the same kinds with ``kueue.x-k8s.io/v1beta1`` left in the CRDs but unserved
+(``served: false``; v1beta2 stays the storage version). No v0.20 CRD files are kept here: the
+sandbox serves the v0.19.2 files and, in the emulation's v0.20 mode, turns v1beta1 off on every
+fake cluster (:data:`UNSERVED_API_VERSIONS`, ``docs/kueue-versions.md``).
 """
 
 from __future__ import annotations
@@ -27,6 +32,13 @@ KUEUE_SHORT_FORMS = (
     "kueue.x-k8s.io/v1beta2/topologies=Topology:cluster",
     "kueue.x-k8s.io/v1beta2/workloadpriorityclasses=WorkloadPriorityClass:cluster",
 )
+
+
+# Kueue minor version -> the kueue.x-k8s.io API versions its CRDs carry but do not serve.
+UNSERVED_API_VERSIONS: dict[str, tuple[str, ...]] = {
+    "v0.19": (),
+    "v0.20": ("v1beta1",),
+}
 
 
 def default_crds_dir() -> Path:

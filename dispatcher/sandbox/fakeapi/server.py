@@ -405,6 +405,36 @@ class FakeCluster:
             self._seed_object("apiextensions.k8s.io", "customresourcedefinitions", "v1", body)
         return resource
 
+    def unserve_version(self, group: str, version: str) -> list[str]:
+        """Stop serving ``version`` of the custom resources of ``group`` that serve another
+        version too, as an update of each CRD setting that version ``served: false`` would
+        (F40): its paths answer 404 and discovery drops it. Returns the plurals changed.
+
+        Used for Kueue v0.20, which keeps ``kueue.x-k8s.io/v1beta1`` in its CRDs unserved.
+        """
+        changed: list[str] = []
+        crds = ("apiextensions.k8s.io", "customresourcedefinitions")
+        for resource in self.registry.all():
+            if resource.builtin or resource.group != group:
+                continue
+            if version not in resource.versions or len(resource.versions) < 2:
+                continue
+            stored = self.store.get(crds, ("", resource.label))
+            if stored is None:
+                resource.versions = [v for v in resource.versions if v != version]
+                resource.schemas.pop(version, None)
+            else:
+                crd = copy.deepcopy(stored)
+                for item in (crd.get("spec") or {}).get("versions") or []:
+                    if item.get("name") == version:
+                        item["served"] = False
+                meta = crd["metadata"]
+                meta["generation"] = int(meta.get("generation") or 1) + 1
+                self.registry.add(resource_from_crd(crd))
+                self.store.write(crds, ("", resource.label), crd, "MODIFIED")
+            changed.append(resource.plural)
+        return changed
+
     def object(
         self, group: str, plural: str, name: str, namespace: str | None = None
     ) -> Obj | None:

@@ -40,6 +40,12 @@ recomputed. Like Kueue's cache "assumes" a workload it has just admitted, the co
 the objects its writes returned until the informer catches up, so quota is never handed out
 twice.
 
+``config.version`` ``"v0.20"`` switches on what Kueue v0.20 does by default
+(``docs/kueue-versions.md``): the granular ``QuotaReserved=False`` reasons and the
+``Admitted=False`` conditions of UnadmittedWorkloadsObservability, and, for
+MultiKueueOrchestratedPreemption, ``status.preemptionGates`` mirrored from the spec and no
+preemption while a gate is ``Closed`` (``BlockedOnPreemptionGates=True`` instead).
+
 Differences from Kueue, on purpose: the ``role`` only decides whether admitted workloads "run"
 (workers) or wait for MultiKueue to finish them (manager); no finalizers are managed; no events
 are emitted; hierarchical cohorts, fair sharing, partial admission and topology-aware scheduling
@@ -124,6 +130,24 @@ _EVICTED_DEACTIVATED = "Deactivated"
 _EVICTED_CQ_STOPPED = "ClusterQueueStopped"
 _EVICTED_LQ_STOPPED = "LocalQueueStopped"
 _CHECK_EVICTION_MESSAGE = "At least one admission check is false"
+# v0.20 (UnadmittedWorkloadsObservability on by default): the granular QuotaReserved=False
+# reasons (apis/kueue/v1beta2/workload_types.go WorkloadQuotaReservedReason*) and the Admitted=False
+# reasons that SyncAdmittedCondition writes with the gate on (pkg/workload/admissionchecks.go).
+_WAITING_FOR_QUOTA = "WaitingForQuota"
+_EXCEEDS_MAX_QUOTA = "ExceedsMaxQuota"
+_WAITING_FOR_PREEMPTED = "WaitingForPreemptedWorkloads"
+_MISCONFIGURED = "Misconfigured"
+_SUSPENDED = "Suspended"
+_PENDING_EVALUATION = "PendingEvaluation"
+_ADMISSION_GATED = "AdmissionGated"
+_NO_RESERVATION = "NoReservation"
+_UNSATISFIED_CHECKS_V019 = "UnsatisfiedChecks"
+_UNSATISFIED_CHECKS_V020 = "UnsatisfiedAdmissionChecks"
+_NOT_ALL_CHECKS_READY = "The workload has not all checks ready"
+# v0.20 (MultiKueueOrchestratedPreemption on by default): a preemptor whose preemption gate is
+# Closed does not preempt (pkg/scheduler/scheduler.go, BlockedOnPreemptionGates/PreemptionGated).
+_PREEMPTION_GATED = "PreemptionGated"
+_PREEMPTION_GATED_MESSAGE = "Workload requires preemption, but it's gated"
 _NUMBERS = re.compile(r"\d[\w.]*")
 
 
@@ -156,6 +180,24 @@ def _time_of(cond: Mapping[str, Any] | None) -> datetime.datetime | None:
 def _stopped(obj: Mapping[str, Any] | None) -> str:
     """``spec.stopPolicy`` of a queue (``None`` when unset)."""
     return str(((obj or {}).get("spec") or {}).get("stopPolicy") or "None")
+
+
+def has_closed_preemption_gate(wl: Mapping[str, Any]) -> bool:
+    """Kueue's ``HasClosedPreemptionGate``: a gate of ``spec.preemptionGates`` whose state in
+    ``status.preemptionGates`` is ``Closed`` or absent (a gate only in the spec is closed)."""
+    states = {
+        str(g.get("name")): g.get("position")
+        for g in (wl.get("status") or {}).get("preemptionGates") or []
+    }
+    return any(
+        states.get(str(gate.get("name")), "Closed") == "Closed"
+        for gate in (wl.get("spec") or {}).get("preemptionGates") or []
+    )
+
+
+def _granular_inadmissible(message: str) -> str:
+    """The v0.20 reason for a workload that cannot be queued (``getQueueBlocker``)."""
+    return _SUSPENDED if message.endswith("is inactive") else _MISCONFIGURED
 
 
 def _selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
@@ -395,6 +437,53 @@ class CoreKueue(Controller):
     def _status(self, wl: Mapping[str, Any]) -> Obj:
         return copy.deepcopy(dict(wl.get("status") or {}))
 
+    # --- version differences (docs/kueue-versions.md) ------------------------------------
+
+    @property
+    def _observability(self) -> bool:
+        return self.config.unadmitted_workloads_observability
+
+    def _reason(self, legacy: str, granular: str) -> str:
+        """``UnadmittedWorkloadReasonWithFallback``: the v0.20 reason when the gate is on."""
+        return granular if self._observability else legacy
+
+    def _sync_unadmitted(self, status: Obj) -> None:
+        """v0.20 ``SyncAdmittedCondition`` after ``QuotaReserved=False``: ``Admitted=False``
+        reason ``NoReservation`` (v0.19 writes nothing for a workload never admitted)."""
+        if self._observability:
+            set_condition(
+                status,
+                "Admitted",
+                False,
+                _NO_RESERVATION,
+                "The workload has no reservation",
+                self.clock,
+            )
+
+    async def _sync_preemption_gates(self, state: _State) -> None:
+        """v0.20 ``syncPreemptionGateStates``: every gate of ``spec.preemptionGates`` gets a
+        ``status.preemptionGates`` entry (``Closed`` when new); entries without a gate go."""
+        for _, wl in sorted(state.workloads.items()):
+            if _deleting(wl):
+                continue
+            gates = (wl.get("spec") or {}).get("preemptionGates") or []
+            wanted = [str(g.get("name")) for g in gates]
+            current = list((wl.get("status") or {}).get("preemptionGates") or [])
+            kept = [g for g in current if g.get("name") in wanted]
+            have = {g.get("name") for g in kept}
+            added = [
+                {"name": name, "position": "Closed", "lastTransitionTime": timestamp(self.clock)}
+                for name in wanted
+                if name not in have
+            ]
+            if not added and len(kept) == len(current):
+                continue
+            status = self._status(wl)
+            status["preemptionGates"] = kept + added
+            if not status["preemptionGates"]:
+                status.pop("preemptionGates")
+            await self._write(wl, status)
+
     def _reset_nomination(self, status: Obj) -> None:
         """C37 (``resetClusterNomination`` and the checks' reset on eviction)."""
         status.pop("clusterName", None)
@@ -453,9 +542,10 @@ class CoreKueue(Controller):
         evicted = condition(status, "Evicted") or {}
         reason = str(evicted.get("reason") or _PENDING)
         message = str(evicted.get("message") or "The workload is evicted")
-        set_condition(status, "QuotaReserved", False, _PENDING, message, self.clock)
+        pending = self._reason(_PENDING, _PENDING_EVALUATION)
+        set_condition(status, "QuotaReserved", False, pending, message, self.clock)
         status.pop("admission", None)
-        if is_true({"status": status}, "Admitted"):
+        if self._observability or is_true({"status": status}, "Admitted"):
             set_condition(
                 status,
                 "Admitted",
@@ -520,17 +610,21 @@ class CoreKueue(Controller):
         ready = all(c.get("state") == "Ready" for c in checks)
         if not admitted and ready:
             return await self._admit(wl)
+        unsatisfied = self._reason(_UNSATISFIED_CHECKS_V019, _UNSATISFIED_CHECKS_V020)
         if admitted and not ready:
             new = self._status(wl)
-            set_condition(
-                new,
-                "Admitted",
-                False,
-                "UnsatisfiedChecks",
-                "The workload has not all checks ready",
-                self.clock,
-            )
+            set_condition(new, "Admitted", False, unsatisfied, _NOT_ALL_CHECKS_READY, self.clock)
             await self._write(wl, new)
+            return None
+        if not admitted and self._observability:
+            # v0.20: SyncAdmittedCondition writes Admitted=False while checks are not all Ready.
+            current = condition(status, "Admitted")
+            if current is None or current.get("reason") != unsatisfied:
+                new = self._status(wl)
+                set_condition(
+                    new, "Admitted", False, unsatisfied, _NOT_ALL_CHECKS_READY, self.clock
+                )
+                await self._write(wl, new)
             return None
         if admitted and self.role == "worker":
             return await self._run(wl)
@@ -654,10 +748,12 @@ class CoreKueue(Controller):
             and current.get("status") == "False"
             and current.get("reason") == reason
             and _NUMBERS.sub("#", str(current.get("message"))) == _NUMBERS.sub("#", message)
+            and (not self._observability or condition(wl.get("status"), "Admitted") is not None)
         ):
             return
         status = self._status(wl)
         set_condition(status, "QuotaReserved", False, reason, message[:32768], self.clock)
+        self._sync_unadmitted(status)
         await self._write(wl, status)
 
     def _reserving(self, state: _State) -> list[ReservingWorkload]:
@@ -724,7 +820,8 @@ class CoreKueue(Controller):
     async def _schedule_pending(self, state: _State) -> None:
         queued, inadmissible = self._pending(state)
         for wl, message in inadmissible:
-            await self._set_pending(wl, _INADMISSIBLE, message)
+            reason = self._reason(_INADMISSIBLE, _granular_inadmissible(message))
+            await self._set_pending(wl, reason, message)
         if not queued:
             return
         queues, policies, cohorts = self._snapshot_inputs(state)
@@ -737,8 +834,15 @@ class CoreKueue(Controller):
             cohorts,
         )
         by_key = {f"{k[0]}/{k[1]}": wl for k, wl in state.workloads.items()}
+        gated = {
+            ev.key
+            for ev in plan.preempting
+            if self.config.orchestrated_preemption and has_closed_preemption_gate(by_key[ev.key])
+        }
         preemptor_of = {v.key: ev.key for ev in plan.preempting for v in ev.victims}
         for victim in plan.victims:
+            if preemptor_of[victim.key] in gated:
+                continue
             preemptor = by_key[preemptor_of[victim.key]]
             message = (
                 f"Preempted to accommodate a workload (UID: {_uid(preemptor)}, JobUID: "
@@ -753,11 +857,48 @@ class CoreKueue(Controller):
                 preempted=True,
             )
         for ev in plan.preempting:
-            await self._set_pending(by_key[ev.key], _PENDING, ev.reason)
+            if ev.key in gated:
+                await self._set_gated(by_key[ev.key])
+                continue
+            reason = self._reason(_PENDING, _WAITING_FOR_PREEMPTED)
+            await self._set_pending(by_key[ev.key], reason, ev.reason)
         for ev in plan.admitted:
             await self._reserve(state, by_key[ev.key], ev)
         for ev in plan.pending:
-            await self._set_pending(by_key[ev.key], _PENDING, ev.reason)
+            await self._set_pending(by_key[ev.key], self._pending_reason(ev), ev.reason)
+
+    def _pending_reason(self, ev: Evaluation) -> str:
+        """v0.19: ``Pending``; v0.20: the granular reason of a workload that does not fit."""
+        if not self._observability:
+            return _PENDING
+        if ev.reason.endswith("doesn't exist"):
+            return _MISCONFIGURED
+        return _EXCEEDS_MAX_QUOTA if ev.mode == "never" else _WAITING_FOR_QUOTA
+
+    async def _set_gated(self, wl: Obj) -> None:
+        """v0.20: the preemptor's gate is Closed: no preemption, ``BlockedOnPreemptionGates``."""
+        current = condition(wl.get("status"), "BlockedOnPreemptionGates")
+        reserved = condition(wl.get("status"), "QuotaReserved")
+        reason = self._reason(_PENDING, _ADMISSION_GATED)
+        if (
+            current is not None
+            and current.get("status") == "True"
+            and reserved is not None
+            and reserved.get("reason") == reason
+        ):
+            return
+        status = self._status(wl)
+        set_condition(status, "QuotaReserved", False, reason, _PREEMPTION_GATED_MESSAGE, self.clock)
+        self._sync_unadmitted(status)
+        set_condition(
+            status,
+            "BlockedOnPreemptionGates",
+            True,
+            _PREEMPTION_GATED,
+            _PREEMPTION_GATED_MESSAGE,
+            self.clock,
+        )
+        await self._write(wl, status)
 
     async def _reserve(self, state: _State, wl: Obj, ev: Evaluation) -> None:
         """``QuotaReserved=True`` and ``status.admission`` (C15, C72)."""
@@ -788,7 +929,7 @@ class CoreKueue(Controller):
             f"Quota reserved in ClusterQueue {ev.cluster_queue}",
             self.clock,
         )
-        for kind in ("Evicted", "Preempted"):
+        for kind in ("Evicted", "Preempted", "BlockedOnPreemptionGates"):
             previous = condition(status, kind)
             if previous is not None and previous.get("status") == "True":
                 set_condition(
@@ -952,6 +1093,9 @@ class CoreKueue(Controller):
         for table in (self._reserved_at, self._admitted_at):
             for uid in [u for u in table if u not in live]:
                 del table[uid]
+        if self.config.orchestrated_preemption:
+            await self._sync_preemption_gates(state)
+            state = self._read()
         due: list[float] = []
         for _, wl in sorted(state.workloads.items()):
             if self._holds_quota(wl):

@@ -17,7 +17,7 @@ import functools
 import logging
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import aiohttp
 
@@ -45,6 +45,12 @@ INCREMENTAL = "kueue.x-k8s.io/multikueue-dispatcher-incremental"  # C2
 ORIGIN_LABEL = "kueue.x-k8s.io/multikueue-origin"  # C32, C41
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 PREBUILT_WORKLOAD_LABEL = "kueue.x-k8s.io/prebuilt-workload-name"
+# C30: the preemption gate MultiKueue puts on remote copies (constants.MultiKueuePreemptionGate).
+MULTIKUEUE_PREEMPTION_GATE = "kueue.x-k8s.io/multikueue"
+
+KueueVersion = Literal["v0.19", "v0.20"]
+"""The Kueue minor version the emulation behaves as (``docs/kueue-versions.md``)."""
+KUEUE_VERSIONS: tuple[KueueVersion, ...] = ("v0.19", "v0.20")
 
 # The conditions that Kueue's admission-status body always carries (C42).
 ADMISSION_CONDITIONS = (
@@ -75,9 +81,12 @@ ADMISSION_STATUS_FIELDS = (
 class KueueConfig:
     """The parts of Kueue's ``Configuration`` the emulation honours (C1–C5, C45, C58–C61).
 
-    Durations are in seconds so that tests can shorten them.
+    Durations are in seconds so that tests can shorten them. ``version`` selects the Kueue minor
+    version emulated; the feature-gate defaults that differ between versions are derived from it
+    (the properties below), everything else is shared.
     """
 
+    version: KueueVersion = "v0.19"
     dispatcher_name: str = ALL_AT_ONCE
     incremental_step_size: int = 3
     incremental_round_seconds: float = 300.0
@@ -92,6 +101,31 @@ class KueueConfig:
     # Seconds a worker waits between reserving quota and setting Admitted (both as separate
     # writes, as Kueue's scheduler and workload controller do, C72).
     admit_delay_seconds: float = 0.0
+    # v0.20: MultiKueueOrchestratedPreemption opens one remote's preemption gate per this period
+    # (``singleClusterPreemptionTimeout``, hard-coded to 5 min upstream).
+    single_cluster_preemption_seconds: float = 300.0
+
+    def __post_init__(self) -> None:
+        if self.version not in KUEUE_VERSIONS:
+            known = ", ".join(KUEUE_VERSIONS)
+            raise ValueError(f"version must be one of {known}, not {self.version!r}")
+
+    @property
+    def serves_v1beta1(self) -> bool:
+        """Whether ``kueue.x-k8s.io/v1beta1`` is served (v0.19: yes; v0.20: unserved)."""
+        return self.version == "v0.19"
+
+    @property
+    def unadmitted_workloads_observability(self) -> bool:
+        """Feature gate UnadmittedWorkloadsObservability (Beta; default off in v0.19, on in
+        v0.20): granular ``QuotaReserved=False`` reasons and ``Admitted=False`` conditions."""
+        return self.version == "v0.20"
+
+    @property
+    def orchestrated_preemption(self) -> bool:
+        """Feature gate MultiKueueOrchestratedPreemption (Alpha off in v0.19, Beta on in v0.20):
+        gated remote copies, one worker at a time allowed to preempt."""
+        return self.version == "v0.20"
 
 
 class Clock(Protocol):
