@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 BACKENDS = ("sandbox", "real", "kind")
+KUEUE_VERSIONS = ("v0.19", "v0.20")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -26,6 +27,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="backend of the e2e scenario suite (default: $E2E_BACKEND or sandbox)",
     )
+    parser.addoption(
+        "--kueue-version",
+        choices=KUEUE_VERSIONS,
+        default=None,
+        help="Kueue minor version of the sandbox's emulation (default: $E2E_KUEUE_VERSION or "
+        "v0.19); the real backend runs Kueue v0.19.2, kind the release hack/kind-e2e.sh installs",
+    )
 
 
 def backend_name(config: pytest.Config) -> str:
@@ -34,6 +42,22 @@ def backend_name(config: pytest.Config) -> str:
     chosen = chosen or "sandbox"
     if chosen not in BACKENDS:
         raise pytest.UsageError(f"E2E_BACKEND={chosen!r}: choose one of {', '.join(BACKENDS)}")
+    return str(chosen)
+
+
+def kueue_version(config: pytest.Config) -> str:
+    """The emulated Kueue version: the option, else ``E2E_KUEUE_VERSION``, else ``v0.19``."""
+    chosen = config.getoption("--kueue-version", default=None)
+    chosen = chosen or os.environ.get("E2E_KUEUE_VERSION") or "v0.19"
+    if chosen not in KUEUE_VERSIONS:
+        raise pytest.UsageError(
+            f"E2E_KUEUE_VERSION={chosen!r}: choose one of {', '.join(KUEUE_VERSIONS)}"
+        )
+    if chosen != "v0.19" and backend_name(config) != "sandbox":
+        raise pytest.UsageError(
+            f"--kueue-version {chosen} is the sandbox emulation's; the {backend_name(config)} "
+            "backend runs the Kueue it was built or installed with"
+        )
     return str(chosen)
 
 
@@ -72,5 +96,6 @@ async def backend(
     from e2e_sandbox_backend import SandboxBackend
 
     crds: Path = request.getfixturevalue("crds_dir")
-    async with SandboxBackend(tmp_path_factory.mktemp("e2e"), crds) as sandbox:
+    version = kueue_version(request.config)
+    async with SandboxBackend(tmp_path_factory.mktemp("e2e"), crds, version) as sandbox:
         yield sandbox

@@ -1,17 +1,20 @@
 """The backend interface of the scenario suite, and the part both backends share.
 
-Scenarios (``test_e2e_scenarios.py``) are written once against :class:`Backend`. Two backends
-implement it:
+Scenarios (``test_e2e_scenarios.py``) are written once against :class:`Backend`. Three
+backends implement it:
 
 - ``sandbox`` (``e2e_sandbox_backend.py``, the default, runs in CI): fake API servers, the
   emulated Kueue and the real dispatcher in this process (``dispatcher.sandbox.environment``);
+- ``real`` (``e2e_real_backend.py``, runs in CI): real kube-apiserver, etcd and Kueue v0.19.2
+  processes on loopback (``dispatcher.sandbox.real``) and two ``multikueue-dispatcher run``
+  processes;
 - ``kind`` (``e2e_kind_backend.py``, opt-in): three kind clusters with the real Kueue and the
   dispatcher Deployment, set up by ``hack/kind-e2e.sh``.
 
-Both are a :class:`KubeBackend`: everything they observe goes through kubernetes_asyncio over
+All are a :class:`KubeBackend`: everything they observe goes through kubernetes_asyncio over
 the clusters' kubeconfigs (HTTPS, bearer tokens), so the sandbox run exercises the same reading
-code as the kind run. A backend only adds what needs the environment's own controls: taking a
-worker off the network, restarting the dispatcher, switching Kueue's dispatcher.
+code as the real and kind runs. A backend only adds what needs the environment's own controls:
+taking a worker off the network, restarting the dispatcher, switching Kueue's dispatcher.
 
 What a backend observes is kept in :class:`ClusterView` mirrors (one list-then-watch per cluster
 and kind), which also keep the **history** of every Workload: the nominations written on the
@@ -46,6 +49,7 @@ NAMESPACE = "team-a"
 WORKERS = ("worker1", "worker2")
 KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSION = "v1beta2"
+KUEUE_NAMESPACE = "kueue-system"
 ORIGIN_LABEL = "kueue.x-k8s.io/multikueue-origin"
 A100 = "NVIDIA-A100-SXM4-80GB"
 H100 = "NVIDIA-H100-80GB-HBM3"
@@ -127,6 +131,21 @@ class Backend(Protocol):
 
     async def restart_dispatcher(self) -> None:
         """Stop the dispatcher and start it again (a new process, nothing kept in memory)."""
+
+    async def leader_identity(self) -> str:
+        """The identity of the dispatcher replica that holds the Lease (waits for one)."""
+
+    async def kill_leader(self) -> str:
+        """End the replica that holds the Lease without a goodbye where the backend can (a
+        SIGKILL on real, a forced pod deletion on kind; the sandbox cancels it in process);
+        returns its identity. Another replica takes over."""
+
+    async def add_worker_cluster(self, name: str, kubeconfig: str) -> None:
+        """Create a MultiKueueCluster ``name`` whose Secret holds ``kubeconfig`` (any text) and
+        add it to the MultiKueueConfig."""
+
+    async def remove_worker_cluster(self, name: str) -> None:
+        """Undo :meth:`add_worker_cluster`."""
 
     async def use_kueue_dispatcher(self, mode: KueueMode) -> None:
         """Switch Kueue's ``multiKueue.dispatcherName``: ``external`` (ours, with our dispatcher
@@ -452,6 +471,88 @@ class KubeBackend:
         api = client.BatchV1Api(self.apis[worker or "manager"])
         with contextlib.suppress(ApiException):
             await api.delete_namespaced_job(name, NAMESPACE, propagation_policy="Background")
+
+    async def lease_holder(self, namespace: str, name: str, identities: set[str]) -> str:
+        """Wait until one of ``identities`` holds the Lease; returns it."""
+
+        async def holder() -> str | None:
+            try:
+                lease = await client.CoordinationV1Api(self.apis["manager"]).read_namespaced_lease(
+                    name, namespace
+                )
+            except ApiException:
+                return None
+            found = lease.spec.holder_identity if lease.spec else None
+            return found if found in identities else None
+
+        with anyio.fail_after(self.timeouts.long):
+            while True:
+                found = await holder()
+                if found is not None:
+                    return found
+                await anyio.sleep(0.5)  # a Lease is not mirrored: re-read, bounded by the deadline
+
+    # --- MultiKueue objects on the manager (the same API calls on every backend) -------------
+
+    def _custom(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self.apis["manager"])
+
+    async def _multikueue_config(self) -> tuple[str, list[str]]:
+        listed = await self._custom().list_cluster_custom_object(
+            KUEUE_GROUP, KUEUE_VERSION, "multikueueconfigs"
+        )
+        [config] = listed["items"]
+        return config["metadata"]["name"], list(config["spec"]["clusters"])
+
+    async def _set_config_clusters(self, clusters: list[str]) -> None:
+        name, _ = await self._multikueue_config()
+        await self._custom().patch_cluster_custom_object(
+            KUEUE_GROUP,
+            KUEUE_VERSION,
+            "multikueueconfigs",
+            name,
+            {"spec": {"clusters": clusters}},
+            _content_type="application/merge-patch+json",
+        )
+
+    async def add_worker_cluster(self, name: str, kubeconfig: str) -> None:
+        secret = f"{name}-kubeconfig"
+        await client.CoreV1Api(self.apis["manager"]).create_namespaced_secret(
+            KUEUE_NAMESPACE,
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": secret, "namespace": KUEUE_NAMESPACE},
+                "stringData": {"kubeconfig": kubeconfig},
+            },
+        )
+        await self._custom().create_cluster_custom_object(
+            KUEUE_GROUP,
+            KUEUE_VERSION,
+            "multikueueclusters",
+            {
+                "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
+                "kind": "MultiKueueCluster",
+                "metadata": {"name": name},
+                "spec": {
+                    "clusterSource": {"kubeConfig": {"location": secret, "locationType": "Secret"}}
+                },
+            },
+        )
+        _, clusters = await self._multikueue_config()
+        await self._set_config_clusters([*clusters, name])
+
+    async def remove_worker_cluster(self, name: str) -> None:
+        _, clusters = await self._multikueue_config()
+        await self._set_config_clusters([c for c in clusters if c != name])
+        with contextlib.suppress(ApiException):
+            await self._custom().delete_cluster_custom_object(
+                KUEUE_GROUP, KUEUE_VERSION, "multikueueclusters", name
+            )
+        with contextlib.suppress(ApiException):
+            await client.CoreV1Api(self.apis["manager"]).delete_namespaced_secret(
+                f"{name}-kubeconfig", KUEUE_NAMESPACE
+            )
 
     async def reset(self) -> None:
         for cluster in ("manager", *WORKERS):

@@ -38,6 +38,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DISPATCHER_NAMESPACE = "multikueue-dispatcher-system"
 DISPATCHER_DEPLOYMENT = "multikueue-dispatcher"
 DISPATCHER_REPLICAS = 2
+DISPATCHER_LEASE = "multikueue-dispatcher"
+DISPATCHER_POD_SELECTOR = "app.kubernetes.io/name=multikueue-dispatcher"
 KUEUE_NAMESPACE = "kueue-system"
 KUEUE_DEPLOYMENT = "kueue-controller-manager"
 KUEUE_CONFIGMAP = "kueue-manager-config"
@@ -184,6 +186,36 @@ class KindBackend(KubeBackend):
 
     async def restart_dispatcher(self) -> None:
         await self._restart(DISPATCHER_NAMESPACE, DISPATCHER_DEPLOYMENT)
+
+    async def _leader_pod(self) -> str:
+        """The dispatcher pod holding the Lease (identity = pod name + a random suffix)."""
+        pods = await client.CoreV1Api(self.apis["manager"]).list_namespaced_pod(
+            DISPATCHER_NAMESPACE, label_selector=DISPATCHER_POD_SELECTOR
+        )
+        by_identity_prefix = {p.metadata.name: p.metadata.name for p in pods.items}
+        lease = await client.CoordinationV1Api(self.apis["manager"]).read_namespaced_lease(
+            DISPATCHER_LEASE, DISPATCHER_NAMESPACE
+        )
+        holder = (lease.spec.holder_identity if lease.spec else None) or ""
+        for name in by_identity_prefix:
+            if holder.startswith(name):
+                return name
+        raise AssertionError(f"no dispatcher pod holds the Lease (holder {holder!r})")
+
+    async def leader_identity(self) -> str:
+        with anyio.fail_after(self.timeouts.long):
+            while True:
+                try:
+                    return await self._leader_pod()
+                except (AssertionError, client.ApiException):
+                    await anyio.sleep(1.0)  # a Lease is not mirrored: re-read until the deadline
+
+    async def kill_leader(self) -> str:
+        leader = await self.leader_identity()
+        await client.CoreV1Api(self.apis["manager"]).delete_namespaced_pod(
+            leader, DISPATCHER_NAMESPACE, grace_period_seconds=0
+        )
+        return leader
 
     async def use_kueue_dispatcher(self, mode: KueueMode) -> None:
         await self.reset()

@@ -33,7 +33,6 @@ import anyio
 import anyio.abc
 import yaml
 from e2e_backend import WORKERS, KubeBackend, KueueMode, Timeouts
-from kubernetes_asyncio import client
 
 from dispatcher.sandbox.real.plane import (
     ALL_AT_ONCE,
@@ -160,25 +159,13 @@ class RealBackend(KubeBackend):
         await wait_until(live, f"{replica.identity} serves /healthz", 60, [replica.process])
 
     async def leader(self) -> DispatcherReplica:
-        """The replica that holds the Lease (waits until one does)."""
-        coordination = client.CoordinationV1Api(self.apis["manager"])
+        """The running replica that holds the Lease (waits until one does)."""
         settings = yaml.safe_load(DISPATCHER_CONFIG.read_text())
-        lease_name = settings["leader_election"]["lease_name"]
-
-        async def holder() -> DispatcherReplica | None:
-            try:
-                lease = await coordination.read_namespaced_lease(lease_name, LEASE_NAMESPACE)
-            except client.ApiException:
-                return None
-            identity = lease.spec.holder_identity if lease.spec else None
-            return next(
-                (r for r in self.replicas if r.identity == identity and r.process.running), None
-            )
-
-        found: DispatcherReplica = await wait_until(
-            holder, "a running dispatcher replica holds the Lease", 60
+        running = {r.identity: r for r in self.replicas if r.process.running}
+        identity = await self.lease_holder(
+            LEASE_NAMESPACE, settings["leader_election"]["lease_name"], set(running)
         )
-        return found
+        return running[identity]
 
     async def stop_dispatcher(self) -> None:
         for replica in self.replicas:
@@ -191,7 +178,7 @@ class RealBackend(KubeBackend):
 
     async def kill_leader(self) -> str:
         leader = await self.leader()
-        leader.process.kill()
+        leader.process.kill()  # SIGKILL: no release, the Lease expires
         return leader.identity
 
     async def leader_identity(self) -> str:

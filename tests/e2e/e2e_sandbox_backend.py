@@ -4,12 +4,15 @@ Built on :func:`dispatcher.sandbox.environment.environment` with the e2e topolog
 (``tests/e2e/topology.yaml``, the same Kueue objects as ``manifests/samples``), Kueue's
 ``clear-nominated-cluster-names`` policy on the manager (as ``hack/kind-e2e.sh`` installs it),
 and the real dispatcher run in this event loop with the **same settings file** the kind overlay
-deploys (``manifests/overlays/kind/config.yaml``), except what only makes sense in a pod: leader
-election is off (one replica), the probes listen on free loopback ports, logs are text.
+deploys (``manifests/overlays/kind/config.yaml``), as two replicas electing a leader like the
+Deployment's two pods, except what only makes sense in a pod: the Lease lives in Kueue's
+namespace, the probes listen on free loopback ports, logs are text.
 
 Environment controls: a worker is disconnected by taking its fake API server down (connections
 cut, the port refuses) and reconnected by bringing it up on the same port; the dispatcher is
-restarted by cancelling its task tree and starting a new one; Kueue's dispatcher is switched by
+restarted by cancelling its task trees and starting new ones (a replica "killed" in
+:meth:`SandboxBackend.kill_leader` is cancelled too: in process, it releases its Lease on the way
+out, where the real backend's SIGKILL leaves the Lease to expire); Kueue's dispatcher is switched by
 starting a fresh installation with that ``dispatcherName`` (a restart of Kueue with a new
 configuration, and an empty cluster state).
 """
@@ -34,9 +37,13 @@ from dispatcher.sandbox.topology import load_topology
 ROOT = Path(__file__).resolve().parents[2]
 TOPOLOGY = Path(__file__).resolve().parent / "topology.yaml"
 DISPATCHER_CONFIG = ROOT / "manifests" / "overlays" / "kind" / "config.yaml"
-# What differs from the Deployment: one in-process replica on loopback.
+# What differs from the Deployment: two in-process replicas on loopback, their Lease in Kueue's
+# namespace (there is no pod namespace).
+REPLICAS = 2
+LEASE_NAMESPACE = "kueue-system"
 IN_PROCESS = {
-    "leader_election.enabled": False,
+    "leader_election.enabled": True,
+    "leader_election.namespace": LEASE_NAMESPACE,
     "health_address": "127.0.0.1:0",
     "metrics_address": "127.0.0.1:0",
     "log_format": "text",
@@ -49,8 +56,10 @@ class SandboxBackend(KubeBackend):
     name = "sandbox"
     timeouts = Timeouts(short=60, long=120, quiet=6)
 
-    def __init__(self, directory: Path, crds: Path) -> None:
+    def __init__(self, directory: Path, crds: Path, kueue_version: str = "v0.19") -> None:
         super().__init__()
+        self.kueue_version = kueue_version
+        self.name = f"sandbox-{kueue_version}" if kueue_version != "v0.19" else "sandbox"
         self.directory = directory
         self.crds = crds
         self.topology = load_topology(TOPOLOGY)
@@ -59,8 +68,7 @@ class SandboxBackend(KubeBackend):
         self._group: anyio.abc.TaskGroup | None = None
         self._env_stop: anyio.Event | None = None
         self._env_done: anyio.Event | None = None
-        self._dispatcher_scope: anyio.CancelScope | None = None
-        self._dispatcher_done: anyio.Event | None = None
+        self._replicas: dict[str, tuple[anyio.CancelScope, anyio.Event]] = {}
         self._generation = 0
         self.mode: KueueMode = "external"
 
@@ -115,7 +123,7 @@ class SandboxBackend(KubeBackend):
         stop, done = anyio.Event(), anyio.Event()
         self._env_stop, self._env_done = stop, done
         name = DISPATCHER_NAME if mode == "external" else BUILTIN_DISPATCHERS[mode]
-        kueue: dict[str, Any] = {}
+        kueue: dict[str, Any] = {"version": self.kueue_version}
         if mode == "incremental":
             kueue["incremental_step_size"] = 1  # S10: Incremental with stepSize 1
         try:
@@ -140,31 +148,44 @@ class SandboxBackend(KubeBackend):
         assert self.env is not None
         settings = load_settings(IN_PROCESS, DISPATCHER_CONFIG)
         kubeconfig = self.env.sandbox.kubeconfig_path(self.env.sandbox.manager)
-        scope, done = anyio.CancelScope(), anyio.Event()
-        self._dispatcher_scope, self._dispatcher_done = scope, done
+        self._generation += 1
+        for index in range(REPLICAS):
+            identity = f"dispatcher-{index}-g{self._generation}"
+            scope, done = anyio.CancelScope(), anyio.Event()
+            self._replicas[identity] = (scope, done)
 
-        async def run(*, task_status: anyio.abc.TaskStatus[None]) -> None:
-            try:
-                with scope:
-                    await run_manager(
-                        settings,
-                        kubeconfig=kubeconfig,
-                        handle_signals=False,
-                        on_started=lambda _manager: task_status.started(),
-                    )
-            finally:
-                done.set()
+            async def run(
+                *,
+                identity: str = identity,
+                scope: anyio.CancelScope = scope,
+                done: anyio.Event = done,
+                task_status: anyio.abc.TaskStatus[None],
+            ) -> None:
+                try:
+                    with scope:
+                        await run_manager(
+                            settings,
+                            kubeconfig=kubeconfig,
+                            identity=identity,
+                            handle_signals=False,
+                            on_started=lambda _manager: task_status.started(),
+                        )
+                finally:
+                    done.set()
 
-        with anyio.fail_after(30):
-            await self._group.start(run)
+            with anyio.fail_after(30):
+                await self._group.start(run)
+        await self.leader_identity()
+
+    async def _stop_replica(self, identity: str) -> None:
+        scope, done = self._replicas.pop(identity)
+        scope.cancel()
+        with anyio.fail_after(15):
+            await done.wait()
 
     async def _stop_dispatcher(self) -> None:
-        if self._dispatcher_scope is None or self._dispatcher_done is None:
-            return
-        self._dispatcher_scope.cancel()
-        with anyio.fail_after(15):
-            await self._dispatcher_done.wait()
-        self._dispatcher_scope = self._dispatcher_done = None
+        for identity in list(self._replicas):
+            await self._stop_replica(identity)
 
     async def stop_dispatcher(self) -> None:
         await self._stop_dispatcher()
@@ -175,6 +196,17 @@ class SandboxBackend(KubeBackend):
     async def restart_dispatcher(self) -> None:
         await self._stop_dispatcher()
         await self._start_dispatcher()
+
+    async def leader_identity(self) -> str:
+        settings = load_settings(IN_PROCESS, DISPATCHER_CONFIG)
+        return await self.lease_holder(
+            LEASE_NAMESPACE, settings.leader_election.lease_name, set(self._replicas)
+        )
+
+    async def kill_leader(self) -> str:
+        leader = await self.leader_identity()
+        await self._stop_replica(leader)
+        return leader
 
     # --- environment controls -------------------------------------------------------------------
 

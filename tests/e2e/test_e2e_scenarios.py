@@ -1,4 +1,4 @@
-"""The e2e scenarios S1-S12 (contract section 12.1), written once against :class:`Backend`.
+"""The e2e scenarios S1-S15 (contract section 12.1), written once against :class:`Backend`.
 
 The topology (``topology.yaml``, ``manifests/samples``): ``worker1`` with 2 A100 GPUs and 8Gi
 of memory, ``worker2`` with 4 H100 GPUs and 32Gi; asymmetric quotas force a job onto one worker
@@ -332,6 +332,89 @@ async def test_s12_dispatcher_restart_in_the_middle_of_a_dispatch_is_idempotent(
         where = placed(backend, name)
         assert backend.copies_ever(name) == {where}, (name, backend.copies_ever(name))
         assert {n for n in backend.nominations(name) if n} == {(where,)}, name
+
+
+async def test_s13_a_lost_nominated_worker_is_replaced_by_a_reachable_one(
+    backend: Backend,
+) -> None:
+    # Both workers full: the mover is nominated to one and waits there. That worker is lost:
+    # the dispatcher nominates the other, where the mover is admitted once capacity frees up,
+    # all while the lost worker is still away.
+    for worker in WORKERS:
+        gpus = 2 if worker == "worker1" else 4
+        await admit(
+            backend, job(f"s13-blocker-{worker}", gpus=gpus, gpu_type=GPU_OF[worker]), worker
+        )
+    await backend.submit(job("s13-mover", gpus=1))
+    initial = await backend.wait_for(
+        lambda: next((n for n in backend.nominations("s13-mover") if n), None),
+        "s13-mover nominated",
+        backend.timeouts.short,
+    )
+    [lost] = initial
+    survivor = other(lost)
+    await backend.disconnect_worker(lost)
+    try:
+        await backend.wait_for(
+            lambda: backend.nominations("s13-mover")[-1] == (survivor,) or None,
+            f"re-nominated to {survivor} after losing {lost}",
+            backend.timeouts.long,
+        )
+        await backend.delete_job(f"s13-blocker-{survivor}")
+        await backend.wait_workload(
+            "s13-mover", admitted_on(survivor), f"admitted on {survivor} while {lost} is away"
+        )
+        history = backend.nominations("s13-mover")
+        after_loss = history[history.index((survivor,)) :]
+        assert all(lost not in n for n in after_loss), history
+    finally:
+        await backend.reconnect_worker(lost)
+    await backend.wait_for(
+        lambda: backend.cluster_active(lost) is True,
+        f"Kueue reports {lost} Active=True again",
+        backend.timeouts.long,
+    )
+
+
+async def test_s14_leader_handover_keeps_dispatching(backend: Backend) -> None:
+    before = await backend.leader_identity()
+    await admit(backend, job("s14-before", cpu="2"))
+    killed = await backend.kill_leader()
+    assert killed == before
+    try:
+        # Submitted while nobody leads: the new leader picks it up once it holds the Lease.
+        where = await admit(backend, job("s14-after", cpu="2"))
+        after = await backend.leader_identity()
+        assert after != before, "another replica took over"
+        history = backend.nominations("s14-after")
+        assert backend.copies_ever("s14-after") == {where}, history
+        assert {n for n in history if n} == {(where,)}, history
+    finally:
+        await backend.restart_dispatcher()  # every replica back for the next scenario
+
+
+BROKEN_KUBECONFIG = "apiVersion: v1\nkind: Config\nclusters: this is not a kubeconfig\n"
+
+
+async def test_s15_a_bad_kubeconfig_secret_leaves_the_other_workers_dispatching(
+    backend: Backend,
+) -> None:
+    await backend.add_worker_cluster("worker-broken", BROKEN_KUBECONFIG)
+    try:
+        await backend.wait_for(
+            lambda: backend.cluster_active("worker-broken") is False,
+            "Kueue reports worker-broken Active=False",
+            backend.timeouts.long,
+        )
+        placed_on = {
+            await admit(backend, job("s15-a100", gpus=1, gpu_type=A100)),
+            await admit(backend, job("s15-h100", gpus=1, gpu_type=H100)),
+        }
+        assert placed_on == set(WORKERS)
+        for name in ("s15-a100", "s15-h100"):
+            assert all("worker-broken" not in n for n in backend.nominations(name)), name
+    finally:
+        await backend.remove_worker_cluster("worker-broken")
 
 
 MIX = [job(f"s10-job-{i}", cpu="2") for i in range(3)]

@@ -63,6 +63,13 @@ BAD_KUBECONFIGS = [
         "server URL is required for cluster w",
         id="no-server",
     ),
+    # Measured on real Kueue v0.19.2 (the e2e scenario S15's Secret).
+    pytest.param(
+        "apiVersion: v1\nkind: Config\nclusters: this is not a kubeconfig\n",
+        "failed to parse kubeconfig(apiconfig): json: cannot unmarshal string into Go struct "
+        "field Config.clusters of type []v1.NamedCluster",
+        id="clusters-not-a-list",
+    ),
 ]
 
 

@@ -44,7 +44,9 @@ Differences from Kueue v0.19, on purpose:
   instead of a GET per reconcile; creates and deletes tolerate 409/404 from a stale cache.
 * The worker-lost wait (C29) runs from the check's ``lastTransitionTime``, as in v0.19.
 * ``locationType: Path`` kubeconfigs are refused (``BadKubeConfig``): the sandbox has no pod.
-* Not modelled: orchestrated preemption (C30, alpha), LeaderWorkerSet followers and elastic
+* Orchestrated preemption (C30) only in the v0.20 mode (``KueueConfig.version``), where the
+  gate is on by default (``docs/kueue-versions.md``).
+* Not modelled: LeaderWorkerSet followers and elastic
   workloads (C32), ClusterProfile sources (reported as ``MultiKueueClusterProfileFeatureDisabled``),
   the webhook of C18 (a fake API server hook, not this controller).
 """
@@ -88,6 +90,7 @@ from dispatcher.sandbox.kueue.runtime import (
     INCREMENTAL,
     KUEUE_MANAGER,
     MULTIKUEUE_CONTROLLER,
+    MULTIKUEUE_PREEMPTION_GATE,
     ORIGIN_LABEL,
     PREBUILT_WORKLOAD_LABEL,
     USER_AGENT,
@@ -207,6 +210,31 @@ def validate_kubeconfig(text: str) -> Obj:
         ) from error
     if not isinstance(parsed, dict):
         raise KubeconfigError(insecure, "failed to parse kubeconfig(apiconfig): not a mapping")
+    # client-go decodes the file into typed lists: another type fails the whole parse, with
+    # the JSON decoder's message (measured on Kueue v0.19.2).
+    for section, item_type in (
+        ("clusters", "NamedCluster"),
+        ("users", "NamedAuthInfo"),
+        ("contexts", "NamedContext"),
+    ):
+        value = parsed.get(section)
+        if value is not None and not isinstance(value, list):
+            kind = "string" if isinstance(value, str) else "object"
+            if isinstance(value, bool):
+                kind = "bool"
+            elif isinstance(value, int | float):
+                kind = "number"
+            raise KubeconfigError(
+                insecure,
+                f"failed to parse kubeconfig(apiconfig): json: cannot unmarshal {kind} into Go "
+                f"struct field Config.{section} of type []v1.{item_type}",
+            )
+        if isinstance(value, list) and not all(isinstance(entry, dict) for entry in value):
+            raise KubeconfigError(
+                insecure,
+                f"failed to parse kubeconfig(apiconfig): json: cannot unmarshal a non-object "
+                f"into Go struct field Config.{section} of type v1.{item_type}",
+            )
     for entry in parsed.get("users") or []:
         if (entry.get("user") or {}).get("tokenFile"):
             raise KubeconfigError(insecure, "tokenFile is not allowed")
@@ -683,8 +711,12 @@ def _only_priority_differs(local: Mapping[str, Any], remote: Mapping[str, Any]) 
     return a == b
 
 
-def clone_for_create(local: Obj, origin: str) -> Obj:
-    """The remote copy of a manager Workload (C32 ``cloneForCreate``)."""
+def clone_for_create(local: Obj, origin: str, *, preemption_gated: bool = False) -> Obj:
+    """The remote copy of a manager Workload (C32 ``cloneForCreate``).
+
+    ``preemption_gated`` (v0.20, MultiKueueOrchestratedPreemption): the manager's own
+    ``spec.preemptionGates`` are not copied; the copy carries the MultiKueue gate instead.
+    """
     meta = local["metadata"]
     labels = dict(meta.get("labels") or {})
     labels.pop(JOB_UID_LABEL, None)
@@ -692,12 +724,24 @@ def clone_for_create(local: Obj, origin: str) -> Obj:
     clone_meta: Obj = {"name": meta["name"], "namespace": meta["namespace"], "labels": labels}
     if meta.get("annotations"):
         clone_meta["annotations"] = dict(meta["annotations"])
+    spec = copy.deepcopy(local.get("spec") or {})
+    if preemption_gated:
+        spec["preemptionGates"] = [{"name": MULTIKUEUE_PREEMPTION_GATE}]
     return {
         "apiVersion": WORKLOADS.api_version,
         "kind": "Workload",
         "metadata": clone_meta,
-        "spec": copy.deepcopy(local.get("spec") or {}),
+        "spec": spec,
     }
+
+
+def _gate_state(copy_: Mapping[str, Any]) -> Obj | None:
+    """The MultiKueue gate's entry of a remote copy's ``status.preemptionGates``."""
+    for gate in (copy_.get("status") or {}).get("preemptionGates") or []:
+        if gate.get("name") == MULTIKUEUE_PREEMPTION_GATE:
+            found: Obj = gate
+            return found
+    return None
 
 
 def _set_check(check: Obj, state: str, message: str, clock: Clock) -> Obj:
@@ -1145,14 +1189,83 @@ class WorkloadController(_Loop):
                 ),
             )
             return None
+        # C30 (v0.20, MultiKueueOrchestratedPreemption): let one worker at a time preempt.
+        gate_requeue: float | None = None
+        if self.config.orchestrated_preemption:
+            gate_requeue = await self._open_preemption_gate(group)
         # C31: nomination only while the check is Pending and clusterName is unset.
         if state != "Pending" or status.get("clusterName"):
-            return None
+            return gate_requeue
         # C32: every other admission check must be Ready first.
         for entry in status.get("admissionChecks") or []:
             if entry.get("name") != group.check.get("name") and entry.get("state") != "Ready":
-                return None
-        return await self._nominate_and_sync(group)
+                return gate_requeue
+        requeue = await self._nominate_and_sync(group)
+        if requeue is None or (gate_requeue is not None and gate_requeue < requeue):
+            return gate_requeue
+        return requeue
+
+    async def _open_preemption_gate(self, group: _Group) -> float | None:
+        """Kueue's ``workloadToOpenPreemptionGate`` and step 7 of the reconciler (v0.20).
+
+        Among the copies whose MultiKueue gate is not Open, the one with the oldest
+        ``BlockedOnPreemptionGates=True`` gets its gate opened (a status write on the worker),
+        unless another copy's gate was opened less than ``single_cluster_preemption_seconds``
+        ago. Returns when to look again.
+        """
+        candidate: tuple[str, str, Obj] | None = None
+        last_opened: datetime.datetime | None = None
+        for cluster in sorted(group.copies):
+            copy_ = group.copies[cluster]
+            if copy_ is None:
+                continue
+            gate = _gate_state(copy_)
+            if gate is not None and gate.get("position") == "Open":
+                opened = parse_time(gate.get("lastTransitionTime"))
+                if opened is not None and (last_opened is None or opened > last_opened):
+                    last_opened = opened
+                continue
+            blocked = condition(copy_.get("status"), "BlockedOnPreemptionGates")
+            if blocked is None or blocked.get("status") != "True":
+                continue
+            when = str(blocked.get("lastTransitionTime") or "")
+            if candidate is None or when < candidate[1]:
+                candidate = (cluster, when, copy_)
+        period = self.config.single_cluster_preemption_seconds
+        if candidate is None:
+            return None
+        if last_opened is not None:
+            left = period - (self.clock.now() - last_opened).total_seconds()
+            if left > 0:
+                return left
+        cluster, _, copy_ = candidate
+        gates = [
+            g
+            for g in (copy_.get("status") or {}).get("preemptionGates") or []
+            if g.get("name") != MULTIKUEUE_PREEMPTION_GATE
+        ]
+        gates.append(
+            {
+                "name": MULTIKUEUE_PREEMPTION_GATE,
+                "position": "Open",
+                "lastTransitionTime": timestamp(self.clock),
+            }
+        )
+        meta = copy_["metadata"]
+        # Upstream: a full Status().Update on the worker; the resourceVersion makes it as strict.
+        await group.remotes[cluster].client.merge_patch(
+            WORKLOADS,
+            meta["name"],
+            {
+                "metadata": {"resourceVersion": meta.get("resourceVersion")},
+                "status": {"preemptionGates": gates},
+            },
+            namespace=meta["namespace"],
+            subresource="status",
+            field_manager=KUEUE_MANAGER,
+        )
+        log.info("%s: %s/%s: opened the preemption gate on %s", self.name, *group.key, cluster)
+        return period
 
     def _best(self, group: _Group, kind: str) -> tuple[str, Obj] | None:
         """The copy with the earliest ``kind=True`` transition (ties: cluster name)."""
@@ -1274,7 +1387,12 @@ class WorkloadController(_Loop):
                 if copy_ is None:
                     try:
                         await remote.client.create(
-                            WORKLOADS, clone_for_create(local, self.config.origin)
+                            WORKLOADS,
+                            clone_for_create(
+                                local,
+                                self.config.origin,
+                                preemption_gated=self.config.orchestrated_preemption,
+                            ),
                         )
                     except KubeError as error:
                         if error.status != 409:
