@@ -35,7 +35,7 @@ JSON. Unknown keys and values of the wrong type are errors that name the setting
 
 ```yaml
 dispatcher_name: example.com/multikueue-dispatcher
-write_mode: merge-patch
+stuck_after_seconds: 30
 algorithms: [gpu-type-affinity, capacity-first]
 algorithm_options:
   capacity-first: {policy: best-fit}

@@ -140,11 +140,13 @@ class Settings(BaseSettings):
         description="Namespace of Kueue on the manager cluster; the kubeconfig Secrets named by "
         "MultiKueueClusters live there.",
     )
-    write_mode: Literal["apply", "merge-patch"] = Field(
+    write_mode: Literal["apply"] = Field(
         default="apply",
         description="How `status.nominatedClusterNames` is written: `apply` (server-side apply "
-        "with `field_manager`; needs Kueue's clear-nominated-cluster-names policy or its "
-        "WorkloadRequestUseMergePatch gate, contract C43-C46) or `merge-patch`.",
+        "with `field_manager`). Kueue's own admission write must then be able to clear the "
+        "field: install Kueue's clear-nominated-cluster-names admission policy or enable its "
+        "WorkloadRequestUseMergePatch gate (README, 'Kueue configuration'). `merge-patch` was "
+        "removed: on real Kueue it admits nothing.",
     )
     field_manager: str = Field(
         default="multikueue-dispatcher",
@@ -273,6 +275,19 @@ class Settings(BaseSettings):
     @classmethod
     def _address(cls, value: str) -> str:
         parse_address(value)
+        return value
+
+    @field_validator("write_mode", mode="before")
+    @classmethod
+    def _merge_patch_removed(cls, value: object) -> object:
+        if value == "merge-patch":
+            raise ValueError(
+                "'merge-patch' was removed: on real Kueue v0.19.2 it does not avoid the "
+                "field-manager pitfall (0 of 10 demo workloads admitted, README 'The "
+                "field-manager pitfall'); use 'apply' with Kueue's "
+                "clear-nominated-cluster-names admission policy or its "
+                "WorkloadRequestUseMergePatch feature gate"
+            )
         return value
 
     @field_validator("log_format", "log_level", mode="before")

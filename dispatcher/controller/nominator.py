@@ -20,7 +20,7 @@ import datetime
 import itertools
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,10 +36,10 @@ from dispatcher.controller.snapshots import SnapshotCache, WorkerIndex, conditio
 from dispatcher.controller.workqueue import WorkQueue
 from dispatcher.k8s.client import KubeApi
 from dispatcher.k8s.errors import ApiError, ApiUnreachable
-from dispatcher.k8s.patching import AdmittedMeanwhile, apply_status, merge_patch_status
+from dispatcher.k8s.patching import AdmittedMeanwhile, apply_status
 from dispatcher.k8s.resources import EVENTS, KUEUE_GROUP, KUEUE_VERSION
 from dispatcher.k8s.watching import Listed, ObjectEvent, WatchItem
-from dispatcher.kueue.eligibility import eligibility
+from dispatcher.kueue.eligibility import eligibility, multikueue_check_state
 from dispatcher.kueue.gputypes import DEFAULT_GPU_LABEL, DEFAULT_GPU_RESOURCE_PATTERN
 from dispatcher.kueue.objects import InvalidField
 from dispatcher.telemetry.metrics import ConnectionState, Metrics
@@ -62,7 +62,8 @@ class ControllerConfig:
     """What the nomination loop needs from the settings."""
 
     write_mode: str = "apply"
-    """``apply`` (server-side apply with ``field_manager``) or ``merge-patch``."""
+    """``apply``: server-side apply with ``field_manager`` (the only mode; ``merge-patch`` was
+    removed because it admits nothing on real Kueue)."""
     field_manager: str = "multikueue-dispatcher"
     workers: int = 4
     resync_seconds: float = 30.0
@@ -86,6 +87,15 @@ class Unconfirmed:
     target: tuple[str, ...]
     algorithm: str
     message: str
+
+
+PITFALL_ADVICE = (
+    "its admission write is rejected because nominatedClusterNames is owned by another field "
+    "manager (the field-manager pitfall, Kueue issue 6185). Install Kueue's "
+    "clear-nominated-cluster-names MutatingAdmissionPolicy (Kubernetes >= 1.36) or enable Kueue's "
+    "WorkloadRequestUseMergePatch feature gate (each admits 9 of the 10 demo workloads on real "
+    "Kueue v0.19.2, where no remedy admits 0)"
+)
 
 
 @dataclass
@@ -311,6 +321,7 @@ class Nominator:
         verdict = eligibility(workload, checks)
         status = workload.get("status") or {}
         if not verdict.eligible:
+            await self._check_finished_unrecorded(key, workload, record, checks)
             self._not_eligible(key, workload, record)
             return "not eligible"
         assert verdict.check is not None
@@ -661,43 +672,27 @@ class Nominator:
         meta = workload["metadata"]
         api = self.registry.manager.api
         rv = str(meta.get("resourceVersion", ""))
-        if self.config.write_mode == "merge-patch":
-            body: dict[str, Any] = {
-                "metadata": {"resourceVersion": rv},
-                "status": {"nominatedClusterNames": list(target) if target else None},
-            }
-            result = await merge_patch_status(
-                api,
-                KUEUE_GROUP,
-                KUEUE_VERSION,
-                meta["namespace"],
-                "workloads",
-                meta["name"],
-                body,
-                self.config.field_manager,
-            )
-        else:
-            body = {
-                "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
-                "kind": "Workload",
-                "metadata": {
-                    "name": meta["name"],
-                    "namespace": meta["namespace"],
-                    "resourceVersion": rv,
-                },
-                "status": {"nominatedClusterNames": list(target)},
-            }
-            result = await apply_status(
-                api,
-                KUEUE_GROUP,
-                KUEUE_VERSION,
-                meta["namespace"],
-                "workloads",
-                meta["name"],
-                body,
-                self.config.field_manager,
-                force=True,
-            )
+        body: dict[str, Any] = {
+            "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
+            "kind": "Workload",
+            "metadata": {
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "resourceVersion": rv,
+            },
+            "status": {"nominatedClusterNames": list(target)},
+        }
+        result = await apply_status(
+            api,
+            KUEUE_GROUP,
+            KUEUE_VERSION,
+            meta["namespace"],
+            "workloads",
+            meta["name"],
+            body,
+            self.config.field_manager,
+            force=True,
+        )
         if isinstance(result, AdmittedMeanwhile):
             self.races += 1
             log.info(
@@ -745,10 +740,7 @@ class Nominator:
             record.stuck_reported = True
             message = (
                 f"the copy on {cluster} was admitted {now - since:.0f}s ago but Kueue has not "
-                "set status.clusterName: its admission write is probably rejected because "
-                "nominatedClusterNames is owned by another field manager (Kueue issue 6185). "
-                "Enable Kueue's clear-nominated-cluster-names admission policy or the "
-                "WorkloadRequestUseMergePatch feature gate, or run with write_mode=merge-patch"
+                f"set status.clusterName: {PITFALL_ADVICE}"
             )
             log.error("workload %s is stuck: %s", key, message, extra={"workload": key})
             if self.metrics is not None:
@@ -759,6 +751,43 @@ class Nominator:
                 self.metrics.stuck_workload(cluster_queue=cq)
             await self._event(workload, "AdmissionStuck", message, "Warning")
             return
+
+    async def _check_finished_unrecorded(
+        self,
+        key: str,
+        workload: Mapping[str, Any],
+        record: Record,
+        checks: Collection[str],
+    ) -> None:
+        """Report the pitfall's other signature: the Job ran on a worker and finished before
+        ``stuck_after_seconds``, so the manager Workload is ``Finished`` with no
+        ``clusterName``, the nomination still standing and the MultiKueue check ``Pending``
+        (seen on real Kueue v0.19.2 without a remedy: 8 of the 10 demo workloads)."""
+        if record.stuck_reported:
+            return
+        status = workload.get("status") or {}
+        nominated = [str(n) for n in status.get("nominatedClusterNames") or ()]
+        if status.get("clusterName") or not nominated:
+            return
+        finished = any(
+            c.get("type") == "Finished" and c.get("status") == "True"
+            for c in status.get("conditions") or []
+        )
+        if not finished:
+            return
+        check, state = multikueue_check_state(workload, checks)
+        if check is None or state != "Pending":
+            return
+        record.stuck_reported = True
+        message = (
+            f"finished on {', '.join(nominated)} but Kueue never set status.clusterName and its "
+            f"admission check {check} stayed Pending: {PITFALL_ADVICE}"
+        )
+        log.error("workload %s is stuck: %s", key, message, extra={"workload": key})
+        if self.metrics is not None:
+            cq = str((status.get("admission") or {}).get("clusterQueue") or "")
+            self.metrics.stuck_workload(cluster_queue=cq)
+        await self._event(workload, "AdmissionStuck", message, "Warning")
 
     def _publish_in_flight(self) -> None:
         if self.metrics is None:

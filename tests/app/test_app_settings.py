@@ -219,7 +219,8 @@ def test_unknown_flag() -> None:
             "parse string as an integer (got 'abc') [from environment variable "
             "DISPATCHER_LEADER_ELECTION__LEASE_DURATION_SECONDS]",
         ),
-        ("write_mode: patch\n", {}, "write_mode: Input should be 'apply' or 'merge-patch'"),
+        ("write_mode: patch\n", {}, "write_mode: Input should be 'apply'"),
+        ("write_mode: merge-patch\n", {}, "write_mode: 'merge-patch' was removed: on real Kueue"),
         ("algorithms: capacity-first\n", {}, "algorithms: Input should be a valid list"),
         ("plugin_weights: {p: heavy}\n", {}, "plugin_weights.p: Input should be a valid number"),
         ("worker_client: {qps: -1}\n", {}, "worker_client.qps: Input should be greater than 0"),

@@ -75,5 +75,5 @@ def test_yaml_example_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     path = tmp_path / "config.yaml"
     path.write_text(example)
     settings = load_settings({}, path)
-    assert settings.write_mode == "merge-patch"
+    assert settings.stuck_after_seconds == 30
     assert settings.leader_election.lease_duration_seconds == 20

@@ -21,7 +21,6 @@ def test_the_expected_kustomizations_exist() -> None:
     assert {
         "base",
         "overlays/kind",
-        "overlays/merge-patch",
         "worker",
         "samples/manager",
         "samples/worker1",

@@ -49,7 +49,7 @@ async def test_field_manager_pitfall(
     tmp_path: Path, crds_dir: Path, remedy: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     """``apply`` mode without a remedy: detected and reported (log, Event, metric); with the
-    admission policy or the merge-patch gate on Kueue, everything is admitted."""
+    admission policy or the WorkloadRequestUseMergePatch gate on Kueue, everything is admitted."""
     lines = cpu_jobs("pitfall", 2)
     names = {line.name for line in lines}
     settings = {"stuck_after_seconds": 2.0, "write_mode": "apply"}
@@ -85,7 +85,7 @@ async def test_field_manager_pitfall(
             text = record.getMessage()
             for words in ("status.clusterName", "field manager", "issue 6185"):
                 assert words in text, text  # what is wrong, and why
-            for remedy_named in ("clear-nominated-cluster-names", "merge-patch"):
+            for remedy_named in ("clear-nominated-cluster-names", "WorkloadRequestUseMergePatch"):
                 assert remedy_named in text, text  # and what to do
         # Event: a Warning AdmissionStuck on each Workload.
         events = await dispatcher_events(env, "AdmissionStuck")

@@ -270,7 +270,7 @@ async def test_manager_api_faults_during_a_burst(
         assert not too_early, too_early[:10]
 
 
-@pytest.mark.parametrize("write_mode", ["apply", "merge-patch"])
+@pytest.mark.parametrize("write_mode", ["apply"])  # merge-patch was removed (README)
 async def test_conflict_on_every_first_write_is_retried(
     tmp_path: Path, crds_dir: Path, figures: Any, write_mode: str
 ) -> None:
@@ -323,7 +323,7 @@ async def test_conflict_on_every_first_write_is_retried(
         assert {n: len(copies.get(n, [])) for n in names} == dict.fromkeys(names, 1)
 
 
-@pytest.mark.parametrize("write_mode", ["apply", "merge-patch"])
+@pytest.mark.parametrize("write_mode", ["apply"])  # merge-patch was removed (README)
 async def test_lost_answer_to_every_first_write(
     tmp_path: Path, crds_dir: Path, figures: Any, write_mode: str
 ) -> None:

@@ -1,0 +1,76 @@
+"""The field-manager pitfall (Kueue issue 6185) and its remedies, on real Kueue v0.19.2.
+
+The dispatcher writes ``status.nominatedClusterNames`` by server-side apply under its own field
+manager. When a worker admits the copy, Kueue's own admission write (a server-side apply as
+``kueue-admission``) sets ``clusterName`` but cannot drop a field another manager owns, and the
+Workload's CEL rule refuses ``clusterName`` beside ``nominatedClusterNames``: the manager never
+records the admission. Each case runs the demo mix on the default topology (a manager and three
+workers) as Jobs; the README's table is these numbers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dispatcher.sandbox.demo import demo_workload_text, expectations
+from dispatcher.sandbox.real.mix import run_mix
+from dispatcher.sandbox.real.plane import Remedy
+from dispatcher.sandbox.topology import default_topology, parse_workload_lines
+
+pytestmark = [pytest.mark.slow, pytest.mark.real]
+
+CASES = [
+    pytest.param("none", 0, id="pitfall-no-remedy"),
+    pytest.param("policy", 9, id="remedy-clear-nominated-cluster-names-policy"),
+    pytest.param("gate", 9, id="remedy-WorkloadRequestUseMergePatch-gate"),
+]
+
+
+@pytest.mark.parametrize(("remedy", "admitted"), CASES)
+async def test_pitfall_and_remedies_on_real_kueue(
+    tmp_path: Path, remedy: Remedy, admitted: int, record_property: pytest.RecordProperty
+) -> None:
+    topology = default_topology()
+    lines = parse_workload_lines(demo_workload_text().splitlines(), topology=topology)
+    admittable = {k for k, e in expectations(lines, topology).items() if e.admittable}
+    assert len(lines) == 10
+    assert len(admittable) == 9  # too-big fits no worker
+
+    outcome = await run_mix(
+        tmp_path,
+        topology,
+        lines,
+        admittable,
+        remedy=remedy,
+        settings={"stuck_after_seconds": 5.0},
+    )
+    figures = (
+        f"{outcome.ratio()} admitted, {outcome.reached_worker} reached a worker, "
+        f"{outcome.finished_unrecorded} finished without clusterName, "
+        f"{outcome.stuck_events} AdmissionStuck Events, "
+        f"{outcome.copies_per_admitted:.2f} copies per admitted"
+    )
+    record_property(f"remedy_{remedy}", figures)
+    print(f"REMEDY [{remedy}] {figures}")
+
+    # Every case gets every admittable workload admitted by a worker's Kueue.
+    assert outcome.reached_worker == len(admittable), figures
+    assert outcome.admitted == admitted, figures
+    if remedy == "none":
+        # The signature: the Job runs and finishes on the worker, the manager Workload ends
+        # Finished with no clusterName, its nomination standing and the check Pending. The
+        # dispatcher reports each, whether it finished first or not.
+        for key in admittable:
+            item = outcome.followed[key]
+            status = (item.last or {}).get("status") or {}
+            assert not status.get("clusterName"), key
+            assert status.get("nominatedClusterNames"), key
+            assert [c["state"] for c in status.get("admissionChecks") or []] == ["Pending"], key
+        assert outcome.finished_unrecorded >= 1, figures
+        assert outcome.stuck_events == len(admittable), figures
+    else:
+        assert outcome.finished_unrecorded == 0, figures
+        assert outcome.stuck_events == 0, figures
+        assert outcome.copies_per_admitted == 1.0, figures
