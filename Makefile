@@ -9,7 +9,7 @@ PLUGIN_DIRS := $(wildcard plugins/*/pyproject.toml)
 KUEUE_CRDS_DIR ?= $(abspath ../shared/kueue-v0.19.2/crds)
 export KUEUE_CRDS_DIR
 
-.PHONY: sandbox test lint typecheck imports unit audit venv clean bench
+.PHONY: sandbox test lint typecheck imports unit audit venv clean bench real-binaries e2e-real e2e-v020
 
 $(STAMP): pyproject.toml $(PLUGIN_DIRS)
 	$(PYTHON) -m venv $(VENV)
@@ -33,8 +33,28 @@ typecheck: $(STAMP)
 imports: $(STAMP)
 	$(BIN)/lint-imports
 
-unit: $(STAMP)
+## The real control plane's binaries (etcd, kube-apiserver, kube-controller-manager, Kueue),
+## built with the go command once per pinned version into ~/.cache/multikueue-dispatcher/bin
+## (dispatcher/sandbox/real/versions.toml). Without go, the real-Kueue tests skip and say why
+## (CI sets REQUIRE_REAL_BACKEND=1, which makes that a failure).
+real-binaries: $(STAMP)
+	@if command -v go >/dev/null 2>&1; then \
+		$(BIN)/python -m dispatcher.sandbox.real.build; \
+	else \
+		echo "go not found: the real-Kueue tests (tests/real, pytest tests/e2e --backend real) will skip"; \
+	fi
+
+## Everything on pytest's default paths: the sandbox suites, tests/e2e on the sandbox, tests/real.
+unit: $(STAMP) real-binaries
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+## The e2e scenarios on real kube-apiserver, etcd and Kueue v0.19.2 processes.
+e2e-real: $(STAMP) real-binaries
+	$(BIN)/pytest tests/e2e --backend real $(PYTEST_ARGS)
+
+## The e2e scenarios on the sandbox with the emulation's Kueue v0.20 mode.
+e2e-v020: $(STAMP)
+	$(BIN)/pytest tests/e2e --kueue-version v0.20 $(PYTEST_ARGS)
 
 ## Known vulnerabilities in the installed dependencies (pip-audit, with a fallback to the package
 ## index's advisories of the latest release when pip-audit's service cannot answer; editable
@@ -43,8 +63,9 @@ unit: $(STAMP)
 audit: $(STAMP)
 	$(BIN)/python .ci/audit.py $(AUDIT_ARGS)
 
-## The whole test suite: lint, types, layering contract, pytest, then the dependency audit.
-test: lint typecheck imports unit audit
+## The whole test suite: lint, types, layering contract, pytest (sandbox and real Kueue), the e2e
+## scenarios on real Kueue and on the emulated Kueue v0.20, then the dependency audit.
+test: lint typecheck imports unit e2e-real e2e-v020 audit
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/fake_apiserver.py

@@ -46,6 +46,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sandbox.add_argument("--json", metavar="FILE", help="write the summary as JSON to FILE")
     sandbox.add_argument(
+        "--backend",
+        choices=["sandbox", "real"],
+        default="sandbox",
+        help="sandbox: emulated clusters and Kueue (default); real: real kube-apiserver, etcd "
+        "and Kueue v0.19.2 processes (built with go: python -m dispatcher.sandbox.real.build)",
+    )
+    sandbox.add_argument(
         "--keep",
         action="store_true",
         help="stay up after the summary and print kubectl commands to explore (until Ctrl-C)",
@@ -75,6 +82,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve only the emulated clusters and write their kubeconfigs",
     )
     serve.add_argument("--dir", required=True, help="folder for <cluster>.kubeconfig files")
+    serve.add_argument(
+        "--backend",
+        choices=["sandbox", "real"],
+        default="sandbox",
+        help="sandbox: fake API servers and the Kueue emulation (default); real: real "
+        "kube-apiserver, etcd and Kueue v0.19.2 processes (built with go)",
+    )
     serve.add_argument(
         "--topology",
         metavar="FILE",

@@ -59,13 +59,14 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 import anyio
 
+from dispatcher.app.manager import Manager
 from dispatcher.kueue.admission import PendingWorkload, QuotaSnapshot, evaluate
 from dispatcher.kueue.objects import (
     ClusterQueueView,
@@ -74,8 +75,14 @@ from dispatcher.kueue.objects import (
     parse_pod_set,
     parse_resource_flavor,
 )
-from dispatcher.sandbox.environment import Environment, environment
-from dispatcher.sandbox.kubeclient import CLUSTER_QUEUES, RESOURCE_FLAVORS, WORKLOADS, Resource
+from dispatcher.sandbox.environment import environment
+from dispatcher.sandbox.kubeclient import (
+    CLUSTER_QUEUES,
+    RESOURCE_FLAVORS,
+    WORKLOADS,
+    KubeClient,
+    Resource,
+)
 from dispatcher.sandbox.topology import (
     DEFAULT_TOPOLOGY,
     GPU_PRODUCT_LABEL,
@@ -161,6 +168,27 @@ def load_trace(path: str | Path, topology: Topology | None = None) -> list[Timed
     """Read a trace file (see :func:`parse_trace_lines`)."""
     text = Path(path).read_text(encoding="utf-8")
     return parse_trace_lines(text.splitlines(), source=str(path), topology=topology)
+
+
+class DemoEnvironment(Protocol):
+    """What the demo reads of a running installation: the sandbox's
+    :class:`~dispatcher.sandbox.environment.Environment` or, with ``--backend real``,
+    :class:`~dispatcher.sandbox.real.environment.RealEnvironment` (same names; ``sandbox`` holds
+    the clusters and their kubeconfig files, ``kueue`` per cluster a connection with
+    ``subscribe`` and ``cache``)."""
+
+    topology: Topology
+    sandbox: Any
+    kueue: Any
+    manager_client: KubeClient
+    dispatcher: Manager | None
+
+    async def submit(self, lines: Iterable[WorkloadLine]) -> list[Obj]:
+        """Create the Jobs of ``lines`` on the manager."""
+        ...
+
+
+BACKENDS = ("sandbox", "real")
 
 
 # --- what to expect -----------------------------------------------------------------------------
@@ -356,7 +384,7 @@ class Tracker:
 
     def __init__(
         self,
-        env: Environment,
+        env: DemoEnvironment,
         results: dict[str, WorkloadResult],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -439,7 +467,7 @@ class Tracker:
 # --- rendering ----------------------------------------------------------------------------------
 
 
-def _progress_rows(env: Environment, results: Sequence[WorkloadResult]) -> list[list[str]]:
+def _progress_rows(env: DemoEnvironment, results: Sequence[WorkloadResult]) -> list[list[str]]:
     """Per cluster: submitted / nominated / admitted / finished."""
     rows = [
         [
@@ -465,7 +493,7 @@ def _progress_rows(env: Environment, results: Sequence[WorkloadResult]) -> list[
 
 
 def _live_table(
-    env: Environment, results: Sequence[WorkloadResult], elapsed: float, note: str
+    env: DemoEnvironment, results: Sequence[WorkloadResult], elapsed: float, note: str
 ) -> Any:
     from rich.table import Table
 
@@ -480,7 +508,7 @@ def _live_table(
     return table
 
 
-def _plain_progress(env: Environment, results: Sequence[WorkloadResult], elapsed: float) -> str:
+def _plain_progress(env: DemoEnvironment, results: Sequence[WorkloadResult], elapsed: float) -> str:
     rows = _progress_rows(env, results)
     manager = rows[0]
     workers = "  ".join(f"{r[0]} {r[2]}/{r[3]}/{r[4]}" for r in rows[1:])
@@ -540,6 +568,9 @@ class DemoOptions:
     live: bool | None = None
     """Live view with rich; ``None``: when the output is a terminal."""
     crds: Path | None = None
+    backend: str = "sandbox"
+    """``sandbox`` (emulated clusters and Kueue) or ``real`` (real kube-apiserver, etcd and
+    Kueue processes, :mod:`dispatcher.sandbox.real`)."""
 
 
 @dataclass
@@ -590,7 +621,7 @@ def _scaled(line: WorkloadLine, scale: float) -> WorkloadLine:
     return line.model_copy(update={"run_seconds": round(line.run_seconds / scale, 3)})
 
 
-async def _wait_for_workers(env: Environment, within: float) -> None:
+async def _wait_for_workers(env: DemoEnvironment, within: float) -> None:
     """Until the dispatcher's mirrors of every worker are connected and Kueue reports them
     active (polling its registry, which has no change notification for this)."""
     assert env.dispatcher is not None
@@ -605,7 +636,7 @@ async def _wait_for_workers(env: Environment, within: float) -> None:
             await anyio.sleep(0.05)
 
 
-async def _events(env: Environment) -> dict[str, list[Obj]]:
+async def _events(env: DemoEnvironment) -> dict[str, list[Obj]]:
     """The dispatcher's Events per Workload (``namespace/name``), oldest first."""
     listed = await env.manager_client.request("GET", "/api/v1/events")
     out: dict[str, list[Obj]] = {}
@@ -658,7 +689,7 @@ def _reason(result: WorkloadResult, events: list[Obj]) -> str:
 
 def _summarise(
     options: DemoOptions,
-    env: Environment,
+    env: DemoEnvironment,
     results: list[WorkloadResult],
     errors: Sequence[str],
     elapsed: float,
@@ -758,7 +789,7 @@ def _short_reason(reason: str) -> str:
     return reason
 
 
-def _kubectl_hints(env: Environment, out: TextIO, seconds: float | None) -> None:
+def _kubectl_hints(env: DemoEnvironment, out: TextIO, seconds: float | None) -> None:
     manager = env.sandbox.kubeconfig_path(env.sandbox.manager)
     until = "until Ctrl-C" if seconds is None else f"for {seconds:g} s"
     print(f"\nExplore (the clusters and the dispatcher stay up {until}):", file=out)
@@ -808,25 +839,26 @@ async def run_demo(options: DemoOptions, out: TextIO | None = None) -> DemoRepor
         directory = options.directory or Path(
             stack.enter_context(tempfile.TemporaryDirectory(prefix="mkd-sandbox-"))
         )
+        kind = "emulated" if options.backend == "sandbox" else "real"
         print(
-            f"multikueue-dispatcher sandbox: starting {len(options.topology.workers)} emulated "
+            f"multikueue-dispatcher sandbox: starting {len(options.topology.workers)} {kind} "
             f"workers, the manager, Kueue and the dispatcher in {directory}",
             file=out,
             flush=True,
         )
         errors = stack.enter_context(_collect_errors())
-        async with environment(
-            directory, options.topology, settings=settings, crds=options.crds
-        ) as env:
-            await _wait_for_workers(env, within=30)
-            print(
-                "Kueue CRDs: real v0.19.2 schemas and CEL rules enforced"
-                if env.sandbox.schemas
-                else "Kueue CRDs: not found (set KUEUE_CRDS_DIR); Kueue kinds served without "
-                "validation",
-                file=out,
-                flush=True,
-            )
+        async with _installation(options, directory, settings) as env:
+            await _wait_for_workers(env, within=60)
+            if options.backend == "real":
+                note = "Kueue: real v0.19.2 processes (kube-apiserver, etcd, Kueue) on loopback"
+            elif env.sandbox.schemas:
+                note = "Kueue CRDs: real v0.19.2 schemas and CEL rules enforced"
+            else:
+                note = (
+                    "Kueue CRDs: not found (set KUEUE_CRDS_DIR); Kueue kinds served without "
+                    "validation"
+                )
+            print(note, file=out, flush=True)
             tracker = Tracker(env, results)
             started = time.monotonic()
             print(
@@ -856,9 +888,20 @@ async def run_demo(options: DemoOptions, out: TextIO | None = None) -> DemoRepor
     return report
 
 
+def _installation(
+    options: DemoOptions, directory: Path, settings: Mapping[str, Any]
+) -> contextlib.AbstractAsyncContextManager[DemoEnvironment]:
+    """The clusters, Kueue and the dispatcher of the chosen backend."""
+    if options.backend == "real":
+        from dispatcher.sandbox.real.environment import real_environment
+
+        return real_environment(directory, options.topology, settings=settings)
+    return environment(directory, options.topology, settings=settings, crds=options.crds)
+
+
 async def _drive(
     options: DemoOptions,
-    env: Environment,
+    env: DemoEnvironment,
     tracker: Tracker,
     ordered: list[WorkloadResult],
     started: float,
@@ -910,7 +953,7 @@ class _LiveView:
     """The rich live table (refreshed four times a second)."""
 
     def __init__(
-        self, env: Environment, results: list[WorkloadResult], out: TextIO, started: float
+        self, env: DemoEnvironment, results: list[WorkloadResult], out: TextIO, started: float
     ) -> None:
         from rich.console import Console
         from rich.live import Live
@@ -980,6 +1023,7 @@ def options_from_args(args: Any) -> DemoOptions:
         json_path=Path(args.json) if args.json else None,
         keep=args.keep,
         keep_seconds=args.duration,
+        backend=getattr(args, "backend", None) or "sandbox",
     )
 
 

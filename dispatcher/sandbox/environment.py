@@ -192,12 +192,24 @@ async def start_dispatcher(
 ) -> Manager:
     """Run the real manager process in ``group``; returns once it serves its probes."""
     kubeconfig = env.sandbox.kubeconfig_path(env.sandbox.manager)
-    flags = dispatcher_flags(dispatcher_name, overrides)
-    settings = load_settings(flags, None)
+    env.dispatcher = await start_dispatcher_with(group, kubeconfig, dispatcher_name, overrides)
+    return env.dispatcher
+
+
+async def start_dispatcher_with(
+    group: anyio.abc.TaskGroup,
+    kubeconfig: Path,
+    dispatcher_name: str,
+    overrides: Mapping[str, Any],
+) -> Manager:
+    """Run the real manager process against the manager of ``kubeconfig`` in ``group`` (with
+    :func:`dispatcher_flags`); returns it once it serves its probes."""
+    settings = load_settings(dispatcher_flags(dispatcher_name, overrides), None)
     started = anyio.Event()
+    found: list[Manager] = []
 
     def on_started(manager: Manager) -> None:
-        env.dispatcher = manager
+        found.append(manager)
         started.set()
 
     async def run() -> None:
@@ -208,5 +220,4 @@ async def start_dispatcher(
     group.start_soon(run)
     with anyio.fail_after(30):
         await started.wait()
-    assert env.dispatcher is not None
-    return env.dispatcher
+    return found[0]

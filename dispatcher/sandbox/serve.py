@@ -204,7 +204,39 @@ BUILTIN_DISPATCHERS = {
 }
 
 
+async def _serve_real(args: argparse.Namespace) -> int:
+    """``sandbox serve --backend real``: the topology on real Kueue processes."""
+    from dispatcher.sandbox.real.plane import KueueOptions, describe
+    from dispatcher.sandbox.real.topology import real_topology
+
+    name = BUILTIN_DISPATCHERS.get(args.dispatcher_name, args.dispatcher_name)
+    directory = Path(args.dir)
+    kueue = KueueOptions(
+        incremental_step_size=args.incremental_step_size
+        if name == BUILTIN_DISPATCHERS["incremental"]
+        else None
+    )
+    async with real_topology(
+        directory / "clusters",
+        _topology(args),
+        dispatcher_name=name,
+        remedy=args.remedy,
+        kueue=kueue,
+    ) as running:
+        for cluster in running.plane.clusters:
+            (directory / f"{cluster.name}.kubeconfig").write_text(
+                cluster.kubeconfig_path.read_text()
+            )
+        print(describe(running.plane), flush=True)
+        print(f"Kueue v0.19.2 (real): dispatcherName {name}, pitfall remedy: {args.remedy}")
+        print("READY", flush=True)
+        await _wait_for_signal()
+    return 0
+
+
 async def _serve(args: argparse.Namespace) -> int:
+    if getattr(args, "backend", "sandbox") == "real":
+        return await _serve_real(args)
     if not args.kueue:
         async with run_topology(Path(args.dir), _topology(args)) as sandbox:
             print(_describe(sandbox), flush=True)
@@ -232,6 +264,23 @@ async def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _real_backend_problem(args: argparse.Namespace) -> str | None:
+    """Why ``--backend real`` cannot run with these arguments here (None: it can)."""
+    from dispatcher.sandbox.real.build import missing_binaries
+
+    if not args.kueue:
+        return "--backend real always runs Kueue: --no-kueue is for the sandbox backend"
+    if args.incremental_round_seconds != 300.0:
+        return "--incremental-round-seconds is the emulation's: real Kueue's round is 5 minutes"
+    missing = missing_binaries()
+    if missing:
+        return (
+            f"--backend real: binaries not built ({', '.join(missing)}); run "
+            "`python -m dispatcher.sandbox.real.build` (needs Go)"
+        )
+    return None
+
+
 def main(args: argparse.Namespace) -> int:
     """Run ``sandbox serve``, or the ``sandbox`` demo (:mod:`dispatcher.sandbox.demo`), from
     parsed command-line arguments."""
@@ -247,7 +296,23 @@ def main(args: argparse.Namespace) -> int:
         except (TopologyError, OSError) as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
+        if getattr(args, "backend", "sandbox") == "real":
+            problem = _real_backend_problem(args)
+            if problem:
+                print(f"error: {problem}", file=sys.stderr)
+                return 2
         return asyncio.run(_serve(args))
+    if getattr(args, "backend", "sandbox") == "real":
+        from dispatcher.sandbox.real.build import missing_binaries
+
+        missing = missing_binaries()
+        if missing:
+            print(
+                f"error: --backend real: binaries not built ({', '.join(missing)}); run "
+                "`python -m dispatcher.sandbox.real.build` (needs Go)",
+                file=sys.stderr,
+            )
+            return 2
     from dispatcher.sandbox.demo import main as demo_main
 
     return demo_main(args)
