@@ -102,19 +102,44 @@ class ControlPlaneError(RuntimeError):
     """A process of the real control plane did not start or stop (names it and its log)."""
 
 
+# Listening ports come from below the kernel's ephemeral range (32768-60999 by default), where
+# no outgoing connection of the many processes here can take a port between its choice and its
+# bind; a process-wide set keeps two components from being handed the same one.
+_PORT_RANGE = (20000, 32000)
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    """A free TCP port on 127.0.0.1."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
+    """A TCP port on 127.0.0.1 that is free now, outside the ephemeral range, never handed out
+    before by this process."""
+    for _ in range(1000):
+        port = _PORT_RANGE[0] + secrets.randbelow(_PORT_RANGE[1] - _PORT_RANGE[0])
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
         return port
+    raise ControlPlaneError(f"no free port in {_PORT_RANGE[0]}-{_PORT_RANGE[1]} on 127.0.0.1")
 
 
 def _tail(path: Path, lines: int = 30) -> str:
+    """The last lines of a log, and before them its last lines that report an error."""
     try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        text = path.read_text(errors="replace").splitlines()
     except OSError:
         return "(no log)"
+    last = text[-lines:]
+    errors = [
+        line
+        for line in text[:-lines]
+        if '"level":"error"' in line or (line[:1] == "E" and line[1:5].isdigit())  # klog
+    ]
+    shown = [*errors[-10:], *(["..."] if errors else []), *last]
+    return "\n".join(line[:2000] for line in shown)
 
 
 @dataclass

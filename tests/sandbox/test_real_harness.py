@@ -1,0 +1,198 @@
+"""The real control plane's pure parts: the build's generated modules, Kueue's configuration
+and webhook rewriting, and the Job controller stand-in (no process is started here)."""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dispatcher.sandbox.real.build import (
+    COMPONENTS,
+    BuildError,
+    _version_ldflags,
+    binary_path,
+    load_versions,
+    staging_modules,
+)
+from dispatcher.sandbox.real.finisher import next_status
+from dispatcher.sandbox.real.plane import KueueManifests, KueueOptions, kueue_configuration
+from dispatcher.sandbox.topology import RUN_SECONDS_ANNOTATION
+
+NOW = datetime.datetime(2026, 12, 1, 12, 0, 0, tzinfo=datetime.UTC)
+
+
+def test_versions_are_pinned_in_one_file_and_binaries_named_by_version(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    versions = load_versions()
+    assert (versions.kubernetes, versions.staging) == ("v1.36.3", "v0.36.3")
+    assert (versions.etcd, versions.kueue) == ("v3.6.14", "v0.19.2")
+    monkeypatch.setenv("MKD_REAL_CACHE", str(tmp_path))
+    assert [binary_path(c, versions).name for c in COMPONENTS] == [
+        "etcd-v3.6.14",
+        "kube-apiserver-v1.36.3",
+        "kube-controller-manager-v1.36.3",
+        "kueue-v0.19.2",
+    ]
+
+
+def test_staging_modules_are_the_replaced_ones_without_the_samples(tmp_path: Path) -> None:
+    (tmp_path / "go.mod").write_text(
+        "module k8s.io/kubernetes\n\nreplace (\n"
+        "\tk8s.io/api => ./staging/src/k8s.io/api\n"
+        "\tk8s.io/client-go => ./staging/src/k8s.io/client-go\n"
+        "\tk8s.io/sample-cli-plugin => ./staging/src/k8s.io/sample-cli-plugin\n"
+        "\tgithub.com/other/module => github.com/other/module v1.0.0\n"
+        ")\n"
+    )
+    assert staging_modules(tmp_path) == ["k8s.io/api", "k8s.io/client-go"]
+
+
+def test_version_ldflags_set_what_kueue_parses_from_version() -> None:
+    flags = _version_ldflags("v1.36.3")
+    for package in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        assert f"-X {package}.gitVersion=v1.36.3" in flags
+        assert f"-X {package}.gitMajor=1" in flags
+        assert f"-X {package}.gitMinor=36" in flags
+    with pytest.raises(BuildError, match=r"not vMAJOR\.MINOR\.PATCH"):
+        _version_ldflags("1.36")
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        pytest.param(KueueOptions(), {"multiKueue": None, "gate": None}, id="worker"),
+        pytest.param(
+            KueueOptions(dispatcher_name="example.com/d"),
+            {"multiKueue": "example.com/d", "gate": None},
+            id="manager-external",
+        ),
+        pytest.param(
+            KueueOptions(dispatcher_name="example.com/d", merge_patch_gate=True),
+            {"multiKueue": "example.com/d", "gate": True},
+            id="manager-with-merge-patch-gate",
+        ),
+    ],
+)
+def test_kueue_configuration(options: KueueOptions, expected: dict[str, Any]) -> None:
+    config = kueue_configuration(
+        options, webhook_port=1234, health_port=5678, cert_dir=Path("/certs")
+    )
+    assert config["leaderElection"] == {"leaderElect": False}
+    assert config["internalCertManagement"] == {"enable": False}
+    assert config["integrations"] == {"frameworks": ["batch/job"]}
+    assert config["webhook"] == {"host": "127.0.0.1", "port": 1234, "certDir": "/certs"}
+    assert config["featureGates"]["VisibilityOnDemand"] is False
+    assert config["featureGates"].get("WorkloadRequestUseMergePatch") is expected["gate"]
+    assert (config.get("multiKueue") or {}).get("dispatcherName") == expected["multiKueue"]
+
+
+def _hook(name: str, group: str, path: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "clientConfig": {
+            "service": {"name": "webhook-service", "namespace": "system", "path": path}
+        },
+        "rules": [{"apiGroups": [group], "resources": ["x"]}],
+    }
+
+
+def test_webhooks_are_pointed_at_kueue_by_url_and_only_those_that_can_be_served() -> None:
+    config = {
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": "mutating-webhook-configuration"},
+        "webhooks": [
+            _hook("mjob.kb.io", "batch", "/mutate-batch-v1-job"),
+            _hook("mworkload.kb.io", "kueue.x-k8s.io", "/mutate-kueue-x-k8s-io-v1beta2-workload"),
+            _hook("mpod.kb.io", "", "/mutate--v1-pod"),
+            _hook("mrayjob.kb.io", "ray.io", "/mutate-ray-io-v1-rayjob"),
+        ],
+    }
+    manifests = KueueManifests(crds=[], mutating=config, validating=config, policy=[])
+    [(_, mutating), _] = manifests.webhooks_for("https://127.0.0.1:9443", "Q0E=")
+    assert mutating["metadata"] == {"name": "kueue-mutating-webhook-configuration"}
+    assert [(h["name"], h["clientConfig"]) for h in mutating["webhooks"]] == [
+        ("mjob.kb.io", {"url": "https://127.0.0.1:9443/mutate-batch-v1-job", "caBundle": "Q0E="}),
+        (
+            "mworkload.kb.io",
+            {
+                "url": "https://127.0.0.1:9443/mutate-kueue-x-k8s-io-v1beta2-workload",
+                "caBundle": "Q0E=",
+            },
+        ),
+    ]
+
+
+def _job(
+    *,
+    suspend: bool,
+    status: dict[str, Any] | None = None,
+    run_seconds: str | None = None,
+    managed_by: str | None = None,
+) -> dict[str, Any]:
+    annotations = {RUN_SECONDS_ANNOTATION: run_seconds} if run_seconds is not None else {}
+    spec: dict[str, Any] = {"suspend": suspend, "parallelism": 2, "completions": 2}
+    if managed_by:
+        spec["managedBy"] = managed_by
+    return {
+        "metadata": {"name": "j", "namespace": "ns", "annotations": annotations},
+        "spec": spec,
+        "status": status or {},
+    }
+
+
+RUNNING = {"startTime": "2026-12-01T11:59:50Z", "active": 2, "ready": 2}
+
+
+@pytest.mark.parametrize(
+    ("job", "patched", "again"),
+    [
+        pytest.param(_job(suspend=True), None, None, id="suspended-and-never-started"),
+        pytest.param(
+            _job(suspend=False, managed_by="kueue.x-k8s.io/multikueue"),
+            None,
+            None,
+            id="managed-by-multikueue-never-runs-here",
+        ),
+        pytest.param(
+            _job(suspend=False, run_seconds="30"), {"active": 2, "ready": 2}, 30.0, id="starts"
+        ),
+        pytest.param(_job(suspend=False), {"active": 2, "ready": 2}, None, id="starts-forever"),
+        pytest.param(
+            _job(suspend=False, status=RUNNING, run_seconds="30"), None, 20.0, id="still-running"
+        ),
+        pytest.param(
+            _job(suspend=False, status=RUNNING, run_seconds="5"),
+            {"succeeded": 2, "active": 0},
+            None,
+            id="completes",
+        ),
+        pytest.param(
+            _job(suspend=True, status=RUNNING, run_seconds="30"),
+            {"active": 0, "ready": 0, "startTime": None},
+            None,
+            id="suspended-again-pods-gone",
+        ),
+    ],
+)
+def test_job_controller_stand_in(
+    job: dict[str, Any], patched: dict[str, Any] | None, again: float | None
+) -> None:
+    patch, wait = next_status(job, NOW, time_scale=1.0)
+    if patched is None:
+        assert patch is None
+    else:
+        assert patch is not None
+        assert {k: patch[k] for k in patched} == patched
+    assert wait == again
+
+
+def test_a_completed_job_meets_its_success_criteria_before_complete() -> None:
+    patch, _ = next_status(_job(suspend=False, status=RUNNING, run_seconds="1"), NOW, 1.0)
+    assert patch is not None
+    kinds = [c["type"] for c in patch["conditions"]]
+    assert kinds == ["SuccessCriteriaMet", "Complete"]  # the API server refuses Complete alone
+    assert patch["completionTime"]
