@@ -737,19 +737,13 @@ class Nominator:
                 # nothing we watch): look again when it would count as stuck.
                 self.queue.add_after(key, self.config.stuck_after_seconds - (now - since))
                 continue
-            record.stuck_reported = True
-            message = (
+            await self._report_stuck(
+                key,
+                workload,
+                record,
                 f"the copy on {cluster} was admitted {now - since:.0f}s ago but Kueue has not "
-                f"set status.clusterName: {PITFALL_ADVICE}"
+                f"set status.clusterName: {PITFALL_ADVICE}",
             )
-            log.error("workload %s is stuck: %s", key, message, extra={"workload": key})
-            if self.metrics is not None:
-                cq = str(
-                    ((workload.get("status") or {}).get("admission") or {}).get("clusterQueue")
-                    or ""
-                )
-                self.metrics.stuck_workload(cluster_queue=cq)
-            await self._event(workload, "AdmissionStuck", message, "Warning")
             return
 
     async def _check_finished_unrecorded(
@@ -778,14 +772,24 @@ class Nominator:
         check, state = multikueue_check_state(workload, checks)
         if check is None or state != "Pending":
             return
-        record.stuck_reported = True
-        message = (
+        await self._report_stuck(
+            key,
+            workload,
+            record,
             f"finished on {', '.join(nominated)} but Kueue never set status.clusterName and its "
-            f"admission check {check} stayed Pending: {PITFALL_ADVICE}"
+            f"admission check {check} stayed Pending: {PITFALL_ADVICE}",
         )
+
+    async def _report_stuck(
+        self, key: str, workload: Mapping[str, Any], record: Record, message: str
+    ) -> None:
+        """Log, count and emit an ``AdmissionStuck`` Event, once per workload."""
+        record.stuck_reported = True
         log.error("workload %s is stuck: %s", key, message, extra={"workload": key})
         if self.metrics is not None:
-            cq = str((status.get("admission") or {}).get("clusterQueue") or "")
+            cq = str(
+                ((workload.get("status") or {}).get("admission") or {}).get("clusterQueue") or ""
+            )
             self.metrics.stuck_workload(cluster_queue=cq)
         await self._event(workload, "AdmissionStuck", message, "Warning")
 

@@ -266,19 +266,14 @@ async def _serve(args: argparse.Namespace) -> int:
 
 def _real_backend_problem(args: argparse.Namespace) -> str | None:
     """Why ``--backend real`` cannot run with these arguments here (None: it can)."""
-    from dispatcher.sandbox.real.build import missing_binaries
+    from dispatcher.sandbox.real.build import missing_reason
 
     if not args.kueue:
         return "--backend real always runs Kueue: --no-kueue is for the sandbox backend"
     if args.incremental_round_seconds != 300.0:
         return "--incremental-round-seconds is the emulation's: real Kueue's round is 5 minutes"
-    missing = missing_binaries()
-    if missing:
-        return (
-            f"--backend real: binaries not built ({', '.join(missing)}); run "
-            "`python -m dispatcher.sandbox.real.build` (needs Go)"
-        )
-    return None
+    reason = missing_reason()
+    return f"--backend real: {reason}" if reason else None
 
 
 def main(args: argparse.Namespace) -> int:
@@ -303,15 +298,11 @@ def main(args: argparse.Namespace) -> int:
                 return 2
         return asyncio.run(_serve(args))
     if getattr(args, "backend", "sandbox") == "real":
-        from dispatcher.sandbox.real.build import missing_binaries
+        from dispatcher.sandbox.real.build import missing_reason
 
-        missing = missing_binaries()
-        if missing:
-            print(
-                f"error: --backend real: binaries not built ({', '.join(missing)}); run "
-                "`python -m dispatcher.sandbox.real.build` (needs Go)",
-                file=sys.stderr,
-            )
+        reason = missing_reason()
+        if reason:
+            print(f"error: --backend real: {reason}", file=sys.stderr)
             return 2
     from dispatcher.sandbox.demo import main as demo_main
 

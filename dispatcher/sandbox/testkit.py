@@ -402,3 +402,21 @@ async def run_cli_process(argv: list[str]) -> tuple[int, str, str]:
         [sys.executable, "-m", "dispatcher", *argv], check=False, env=env
     )
     return done.returncode, done.stdout.decode(), done.stderr.decode()
+
+
+REQUIRE_REAL_BACKEND = "REQUIRE_REAL_BACKEND"
+
+
+def require_real_backend() -> None:
+    """Skip the calling test (saying why) when the real control plane's binaries are not
+    built; fail instead where ``REQUIRE_REAL_BACKEND=1`` (CI builds them first)."""
+    import pytest
+
+    from dispatcher.sandbox.real.build import missing_reason
+
+    reason = missing_reason()
+    if reason is None:
+        return
+    if os.environ.get(REQUIRE_REAL_BACKEND) == "1":
+        pytest.fail(f"{reason} ({REQUIRE_REAL_BACKEND}=1)")
+    pytest.skip(reason)

@@ -79,17 +79,9 @@ async def backend(
     if name == "real":
         from e2e_real_backend import RealBackend
 
-        from dispatcher.sandbox.real.build import missing_binaries
+        from dispatcher.sandbox.testkit import require_real_backend
 
-        missing = missing_binaries()
-        if missing:
-            reason = (
-                f"real backend: binaries not built ({', '.join(missing)}): run "
-                "`python -m dispatcher.sandbox.real.build` (needs Go)"
-            )
-            if os.environ.get("REQUIRE_REAL_BACKEND") == "1":
-                pytest.fail(reason + " (REQUIRE_REAL_BACKEND=1)")
-            pytest.skip(reason)
+        require_real_backend()
         async with RealBackend(tmp_path_factory.mktemp("e2e-real")) as real:
             yield real
         return

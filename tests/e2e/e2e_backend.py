@@ -284,19 +284,27 @@ class ClusterView:
                     started = True
                     task_status.started()
                 version = (listed.get("metadata") or {}).get("resourceVersion")
-                async with watch.Watch() as stream:
-                    async for event in stream.stream(
-                        call, *args, resource_version=version, timeout_seconds=30
-                    ):
-                        obj = event["object"]
-                        if not isinstance(obj, dict):
-                            obj = self.api.sanitize_for_serialization(obj)
-                        name = obj["metadata"]["name"]
-                        if event["type"] == "DELETED":
-                            self.objects[spec.key].pop(name, None)
-                        elif event["type"] in ("ADDED", "MODIFIED"):
-                            self.objects[spec.key][name] = obj
-                        self._notify(self.name, spec.key, obj)
+                while True:
+                    # Each watch ends after timeoutSeconds: resume from the last version seen,
+                    # never re-list, so that an object created and deleted in between (a remote
+                    # copy Kueue removes at once) is still observed. Re-list only after an error
+                    # (410 Expired included).
+                    async with watch.Watch() as stream:
+                        async for event in stream.stream(
+                            call, *args, resource_version=version, timeout_seconds=30
+                        ):
+                            obj = event["object"]
+                            if not isinstance(obj, dict):
+                                obj = self.api.sanitize_for_serialization(obj)
+                            version = obj["metadata"].get("resourceVersion") or version
+                            if event["type"] not in ("ADDED", "MODIFIED", "DELETED"):
+                                continue
+                            name = obj["metadata"]["name"]
+                            if event["type"] == "DELETED":
+                                self.objects[spec.key].pop(name, None)
+                            else:
+                                self.objects[spec.key][name] = obj
+                            self._notify(self.name, spec.key, obj)
             except (ApiException, aiohttp.ClientError, OSError, TimeoutError, ValueError) as error:
                 # The cluster is away (S8) or the watch expired: keep the last state, retry.
                 log.debug("%s %s: watch interrupted: %s", self.name, spec.key, error)

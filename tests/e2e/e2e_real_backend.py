@@ -39,6 +39,7 @@ from dispatcher.sandbox.real.plane import (
     INCREMENTAL,
     KueueOptions,
     Process,
+    answers_ok,
     free_port,
     wait_until,
 )
@@ -145,18 +146,10 @@ class RealBackend(KubeBackend):
         await self.leader()
 
     async def _wait_live(self, replica: DispatcherReplica) -> None:
-        import aiohttp
-
         url = f"http://127.0.0.1:{replica.health_port}/healthz"
-
-        async def live() -> bool:
-            async with (
-                aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as session,
-                session.get(url) as answer,
-            ):
-                return answer.status == 200
-
-        await wait_until(live, f"{replica.identity} serves /healthz", 60, [replica.process])
+        await wait_until(
+            lambda: answers_ok(url), f"{replica.identity} serves /healthz", 60, [replica.process]
+        )
 
     async def leader(self) -> DispatcherReplica:
         """The running replica that holds the Lease (waits until one does)."""

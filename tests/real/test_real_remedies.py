@@ -74,3 +74,23 @@ async def test_pitfall_and_remedies_on_real_kueue(
         assert outcome.finished_unrecorded == 0, figures
         assert outcome.stuck_events == 0, figures
         assert outcome.copies_per_admitted == 1.0, figures
+
+
+async def test_kueue_all_at_once_copies_to_every_worker_a_check_of_the_harness(
+    tmp_path: Path, record_property: pytest.RecordProperty
+) -> None:
+    """Kueue's built-in AllAtOnce on the same real clusters (our dispatcher not running): it
+    nominates every active worker, so every admitted workload had a copy on each of the three
+    workers, where ours makes one (the remedy cases above)."""
+    topology = default_topology()
+    lines = parse_workload_lines(demo_workload_text().splitlines(), topology=topology)
+    admittable = {k for k, e in expectations(lines, topology).items() if e.admittable}
+    outcome = await run_mix(tmp_path, topology, lines, admittable, dispatcher="all-at-once")
+    figures = (
+        f"{outcome.ratio()} admitted, {outcome.copies_per_admitted:.2f} copies per admitted "
+        f"({len(topology.workers)} workers)"
+    )
+    record_property("all_at_once", figures)
+    print(f"ALL-AT-ONCE {figures}")
+    assert outcome.admitted == len(admittable), figures
+    assert outcome.copies_per_admitted == len(topology.workers), figures

@@ -101,6 +101,17 @@ def missing_binaries(versions: Versions | None = None) -> list[str]:
     return [c for c in COMPONENTS if not binary_path(c, versions).is_file()]
 
 
+def missing_reason(versions: Versions | None = None) -> str | None:
+    """Why the real control plane cannot start (binaries not built), or None when it can."""
+    missing = missing_binaries(versions)
+    if not missing:
+        return None
+    return (
+        f"real control plane binaries not built ({', '.join(missing)}): run "
+        "`python -m dispatcher.sandbox.real.build` (needs Go; cached outside the checkout)"
+    )
+
+
 def go_command() -> str:
     """The ``go`` executable, or a :class:`BuildError` saying it is needed."""
     found = shutil.which("go")

@@ -48,12 +48,12 @@ import aiohttp
 import anyio
 import yaml
 
-from dispatcher.sandbox.kubeclient import KubeClient, KubeError, Resource
+from dispatcher.sandbox.kubeclient import MULTIKUEUE_CLUSTERS, KubeClient, KubeError, Resource
 from dispatcher.sandbox.real.build import (
     BuildError,
     binary_path,
     load_versions,
-    missing_binaries,
+    missing_reason,
     module_dir,
 )
 from dispatcher.sandbox.real.pki import Pki, make_pki
@@ -222,6 +222,19 @@ async def wait_until(
             hint = f" (last error: {last})" if last else ""
             raise ControlPlaneError(f"not within {within:g} s: {what}{hint}")
         await anyio.sleep(every)  # polling a probe with a deadline, not synchronisation
+
+
+async def answers_ok(
+    url: str, *, ssl_context: ssl.SSLContext | None = None, headers: Mapping[str, str] | None = None
+) -> bool:
+    """Whether a GET of ``url`` answers 200 within 2 seconds (a probe)."""
+    async with (
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as session,
+        session.get(
+            url, ssl=ssl_context if ssl_context is not None else False, headers=headers
+        ) as answer,
+    ):
+        return answer.status == 200
 
 
 @dataclass(frozen=True)
@@ -458,26 +471,13 @@ class RealCluster:
     async def _healthy(self, url: str, *, token: bool = False) -> bool:
         context = ssl.create_default_context(cafile=str(self.pki.ca_cert))
         headers = {"Authorization": f"Bearer {self.token}"} if token else {}
-        timeout = aiohttp.ClientTimeout(total=2)
-        async with (
-            aiohttp.ClientSession(timeout=timeout) as session,
-            session.get(url, ssl=context, headers=headers) as answer,
-        ):
-            return answer.status == 200
+        return await answers_ok(url, ssl_context=context, headers=headers)
 
     async def start_etcd(self) -> None:
         """Start etcd and wait for ``/health``."""
         self.etcd.start()
         url = f"http://127.0.0.1:{self.etcd_port}/health"
-
-        async def healthy() -> bool:
-            async with (
-                aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as session,
-                session.get(url) as answer,
-            ):
-                return answer.status == 200
-
-        await wait_until(healthy, f"{self.name}: etcd healthy", 60, [self.etcd])
+        await wait_until(lambda: answers_ok(url), f"{self.name}: etcd healthy", 60, [self.etcd])
 
     async def start_apiserver(self) -> None:
         """Start kube-apiserver (again, on the same port) and wait for ``/readyz``."""
@@ -525,25 +525,26 @@ class RealCluster:
 
             await wait_until(established, f"{self.name}: Kueue CRDs established", 60)
 
-    async def install_policy(self, api: KubeClient) -> None:
-        """Kueue's ``clear-nominated-cluster-names`` MutatingAdmissionPolicy and binding."""
-        for doc in self.manifests.policy:
-            resource = (
+    def _policy_objects(self) -> list[tuple[Resource, Obj]]:
+        return [
+            (
                 ADMISSION_POLICIES
                 if doc["kind"] == "MutatingAdmissionPolicy"
-                else ADMISSION_POLICY_BINDINGS
+                else ADMISSION_POLICY_BINDINGS,
+                doc,
             )
+            for doc in self.manifests.policy
+        ]
+
+    async def install_policy(self, api: KubeClient) -> None:
+        """Kueue's ``clear-nominated-cluster-names`` MutatingAdmissionPolicy and binding."""
+        for resource, doc in self._policy_objects():
             await api.apply(resource, doc, field_manager=FIELD_MANAGER, force=True)
 
     async def remove_policy(self) -> None:
         """Remove the admission policy and its binding."""
         async with self.client() as api:
-            for doc in self.manifests.policy:
-                resource = (
-                    ADMISSION_POLICIES
-                    if doc["kind"] == "MutatingAdmissionPolicy"
-                    else ADMISSION_POLICY_BINDINGS
-                )
+            for resource, doc in self._policy_objects():
                 await api.delete(resource, doc["metadata"]["name"])
 
     def _write_kueue_config(self) -> None:
@@ -648,13 +649,9 @@ def ensure_metrics_certs(pki: Pki) -> None:
 
 def require_binaries() -> None:
     """Fail with the build command when a binary is missing."""
-    missing = missing_binaries()
-    if missing:
-        raise BuildError(
-            f"real control plane binaries not built: {', '.join(missing)}; "
-            "run `python -m dispatcher.sandbox.real.build` (needs Go; cached outside the "
-            "checkout)"
-        )
+    reason = missing_reason()
+    if reason is not None:
+        raise BuildError(reason)
 
 
 @dataclass
@@ -680,8 +677,23 @@ class RealPlane:
 
     async def restart_manager_kueue(self, options: KueueOptions) -> None:
         """Restart the manager's Kueue with another Configuration (as a ConfigMap change and a
-        rollout restart do in a cluster)."""
+        rollout restart do in a cluster).
+
+        The MultiKueueClusters' conditions are cleared while Kueue is down: the ``Active=True``
+        the previous process wrote would otherwise claim connections the new process has not
+        made yet, and a workload submitted then is dispatched to the workers connected so far
+        only (seen: AllAtOnce made 1.67 copies per workload on two workers)."""
         await self.manager.stop_kueue()
+        async with self.manager.client() as api:
+            listed = await api.list(MULTIKUEUE_CLUSTERS)
+            for mkc in listed.get("items") or []:
+                await api.merge_patch(
+                    MULTIKUEUE_CLUSTERS,
+                    mkc["metadata"]["name"],
+                    {"status": {"conditions": None}},
+                    subresource="status",
+                    field_manager=FIELD_MANAGER,
+                )
         await self.manager.start_kueue(options)
 
     async def stop(self) -> None:
