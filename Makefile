@@ -50,11 +50,11 @@ unit: $(STAMP) real-binaries
 
 ## The e2e scenarios on real kube-apiserver, etcd and Kueue v0.19.2 processes.
 e2e-real: $(STAMP) real-binaries
-	$(BIN)/pytest tests/e2e --backend real $(PYTEST_ARGS)
+	$(BIN)/pytest tests/e2e/test_e2e_scenarios.py --backend real $(PYTEST_ARGS)
 
 ## The e2e scenarios on the sandbox with the emulation's Kueue v0.20 mode.
 e2e-v020: $(STAMP)
-	$(BIN)/pytest tests/e2e --kueue-version v0.20 $(PYTEST_ARGS)
+	$(BIN)/pytest tests/e2e/test_e2e_scenarios.py --kueue-version v0.20 $(PYTEST_ARGS)
 
 ## Known vulnerabilities in the installed dependencies (pip-audit, with a fallback to the package
 ## index's advisories of the latest release when pip-audit's service cannot answer; editable
