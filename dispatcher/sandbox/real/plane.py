@@ -29,7 +29,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import copy
-import json
 import logging
 import os
 import secrets
@@ -541,12 +540,6 @@ class RealCluster:
         for resource, doc in self._policy_objects():
             await api.apply(resource, doc, field_manager=FIELD_MANAGER, force=True)
 
-    async def remove_policy(self) -> None:
-        """Remove the admission policy and its binding."""
-        async with self.client() as api:
-            for resource, doc in self._policy_objects():
-                await api.delete(resource, doc["metadata"]["name"])
-
     def _write_kueue_config(self) -> None:
         cert_dir = self.directory / "webhook-certs"
         cert_dir.mkdir(parents=True, exist_ok=True)
@@ -759,15 +752,4 @@ def describe(plane: RealPlane) -> str:
     return "\n".join(
         f"{c.name}: {c.server} (kubeconfig {c.kubeconfig_path}, logs {c.directory})"
         for c in plane.clusters
-    )
-
-
-def processes_json(plane: RealPlane) -> str:
-    """The process ids, for debugging a run."""
-    return json.dumps(
-        {
-            p.name: p.popen.pid if p.popen is not None else None
-            for c in plane.clusters
-            for p in c.processes
-        }
     )
