@@ -35,8 +35,6 @@ import yaml
 from e2e_backend import WORKERS, KubeBackend, KueueMode, Timeouts
 
 from dispatcher.sandbox.real.plane import (
-    ALL_AT_ONCE,
-    INCREMENTAL,
     KueueOptions,
     Process,
     answers_ok,
@@ -44,6 +42,7 @@ from dispatcher.sandbox.real.plane import (
     wait_until,
 )
 from dispatcher.sandbox.real.topology import RealTopology, real_topology
+from dispatcher.sandbox.serve import BUILTIN_DISPATCHERS
 from dispatcher.sandbox.topology import load_topology
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -192,9 +191,7 @@ class RealBackend(KubeBackend):
         await self.reset()
         if mode != "external":
             await self.stop_dispatcher()
-        name = {"external": OUR_DISPATCHER, "all-at-once": ALL_AT_ONCE, "incremental": INCREMENTAL}[
-            mode
-        ]
+        name = ({"external": OUR_DISPATCHER} | BUILTIN_DISPATCHERS)[mode]
         options: dict[str, Any] = {"dispatcher_name": name}
         if mode == "incremental":
             options["incremental_step_size"] = 1  # S10: Incremental with stepSize 1

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from dispatcher.sandbox.demo import demo_workload_text, expectations
+from dispatcher.sandbox.environment import Remedy
 from dispatcher.sandbox.real.mix import run_mix
-from dispatcher.sandbox.real.plane import Remedy
 from dispatcher.sandbox.topology import default_topology, parse_workload_lines
 
 pytestmark = [pytest.mark.slow, pytest.mark.real]

@@ -22,9 +22,8 @@ import anyio
 import anyio.abc
 
 from dispatcher.app.manager import Manager
-from dispatcher.sandbox.environment import DISPATCHER_NAME, start_dispatcher_with
+from dispatcher.sandbox.environment import DISPATCHER_NAME, Remedy, start_dispatcher_with
 from dispatcher.sandbox.kubeclient import WORKLOADS, Informer, KubeClient, Resource
-from dispatcher.sandbox.real.plane import Remedy
 from dispatcher.sandbox.real.topology import RealTopology, real_topology
 from dispatcher.sandbox.topology import Topology, WorkloadLine, submit_workloads
 

@@ -15,10 +15,9 @@ Used by the pitfall-and-remedies test (``tests/real``) and its README table.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -26,12 +25,11 @@ from typing import Any, Literal
 import anyio
 import anyio.abc
 
-from dispatcher.app.manager import run_manager
-from dispatcher.app.settings import load_settings
-from dispatcher.sandbox.environment import DISPATCHER_NAME, dispatcher_flags
+from dispatcher.sandbox.environment import DISPATCHER_NAME, Remedy, start_dispatcher_with
 from dispatcher.sandbox.kubeclient import WORKLOADS, Informer
-from dispatcher.sandbox.real.plane import ALL_AT_ONCE, INCREMENTAL, KueueOptions, Remedy
+from dispatcher.sandbox.real.plane import KueueOptions
 from dispatcher.sandbox.real.topology import RealTopology, real_topology
+from dispatcher.sandbox.serve import BUILTIN_DISPATCHERS
 from dispatcher.sandbox.topology import Topology, WorkloadLine, submit_workloads
 
 log = logging.getLogger(__name__)
@@ -161,32 +159,6 @@ class _Observer:
             await api.close()
 
 
-@contextlib.asynccontextmanager
-async def _dispatcher(
-    running: RealTopology, group: anyio.abc.TaskGroup, settings: Mapping[str, Any]
-) -> AsyncIterator[None]:
-    loaded = load_settings(dispatcher_flags(DISPATCHER_NAME, settings), None)
-    started = anyio.Event()
-    scope = anyio.CancelScope()
-
-    async def run() -> None:
-        with scope:
-            await run_manager(
-                loaded,
-                kubeconfig=running.kubeconfig_path(running.plane.manager.name),
-                handle_signals=False,
-                on_started=lambda _manager: started.set(),
-            )
-
-    group.start_soon(run)
-    with anyio.fail_after(60):
-        await started.wait()
-    try:
-        yield
-    finally:
-        scope.cancel()
-
-
 async def run_mix(
     directory: Path,
     topology: Topology,
@@ -202,7 +174,7 @@ async def run_mix(
 ) -> MixOutcome:
     """Run ``lines`` (``namespace/name`` keys in ``admittable`` can be admitted) on real
     Kueue with ``remedy``; see the module docstring."""
-    name = {"external": DISPATCHER_NAME, "all-at-once": ALL_AT_ONCE, "incremental": INCREMENTAL}
+    name = {"external": DISPATCHER_NAME} | BUILTIN_DISPATCHERS
     kueue = KueueOptions(incremental_step_size=1 if dispatcher == "incremental" else None)
     async with (
         real_topology(
@@ -219,34 +191,36 @@ async def run_mix(
         observer = _Observer(running, jobs)
         try:
             await group.start(observer.run)
-            async with contextlib.AsyncExitStack() as stack:
-                if dispatcher == "external":
-                    await stack.enter_async_context(
-                        _dispatcher(running, group, {"log_level": "warning"} | dict(settings or {}))
-                    )
-                started = time.monotonic()
-                async with running.plane.manager.client("mkd-real-mix-submit") as api:
-                    await submit_workloads(api, lines, topology)
-
-                def placed(key: str) -> bool:
-                    item = observer.followed[key]
-                    return bool(item.cluster or item.finished or item.admitted_copy_on)
-
-                reached = await observer.wait(lambda: all(placed(k) for k in admittable), deadline)
-                if not reached:
-                    log.warning(
-                        "not every admittable workload reached a worker within %.0f s", deadline
-                    )
-                await observer.wait(
-                    lambda: all(
-                        observer.followed[k].cluster or observer.followed[k].finished
-                        for k in admittable
-                    ),
-                    settle,
+            if dispatcher == "external":  # cancelled with the group when the run ends
+                await start_dispatcher_with(
+                    group,
+                    running.kubeconfig_path(running.plane.manager.name),
+                    DISPATCHER_NAME,
+                    {"log_level": "warning"} | dict(settings or {}),
                 )
-                seconds = time.monotonic() - started
-                async with running.plane.manager.client("mkd-real-mix-events") as api:
-                    events = await api.request("GET", "/api/v1/events")
+            started = time.monotonic()
+            async with running.plane.manager.client("mkd-real-mix-submit") as api:
+                await submit_workloads(api, lines, topology)
+
+            def placed(key: str) -> bool:
+                item = observer.followed[key]
+                return bool(item.cluster or item.finished or item.admitted_copy_on)
+
+            reached = await observer.wait(lambda: all(placed(k) for k in admittable), deadline)
+            if not reached:
+                log.warning(
+                    "not every admittable workload reached a worker within %.0f s", deadline
+                )
+            await observer.wait(
+                lambda: all(
+                    observer.followed[k].cluster or observer.followed[k].finished
+                    for k in admittable
+                ),
+                settle,
+            )
+            seconds = time.monotonic() - started
+            async with running.plane.manager.client("mkd-real-mix-events") as api:
+                events = await api.request("GET", "/api/v1/events")
             stuck = sum(1 for e in events.get("items") or [] if e.get("reason") == "AdmissionStuck")
         finally:
             await observer.close()

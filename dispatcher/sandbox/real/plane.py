@@ -41,12 +41,13 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import aiohttp
 import anyio
 import yaml
 
+from dispatcher.sandbox.environment import Remedy
 from dispatcher.sandbox.kubeclient import MULTIKUEUE_CLUSTERS, KubeClient, KubeError, Resource
 from dispatcher.sandbox.real.build import (
     BuildError,
@@ -56,18 +57,11 @@ from dispatcher.sandbox.real.build import (
     module_dir,
 )
 from dispatcher.sandbox.real.pki import Pki, make_pki
+from dispatcher.sandbox.topology import KUEUE_NAMESPACE
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
-Remedy = Literal["none", "policy", "gate"]
-"""How the field-manager pitfall (upstream issue 6185) is avoided on the manager: Kueue's
-``clear-nominated-cluster-names`` admission policy, Kueue's ``WorkloadRequestUseMergePatch``
-gate, or nothing."""
-
-KUEUE_NAMESPACE = "kueue-system"
-ALL_AT_ONCE = "kueue.x-k8s.io/multikueue-dispatcher-all-at-once"
-INCREMENTAL = "kueue.x-k8s.io/multikueue-dispatcher-incremental"
 CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", namespaced=False)
 MUTATING_WEBHOOKS = Resource(
     "admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations", namespaced=False

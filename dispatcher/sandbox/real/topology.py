@@ -16,12 +16,12 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
+from dispatcher.sandbox.environment import Remedy
 from dispatcher.sandbox.kubeclient import MULTIKUEUE_CLUSTERS
 from dispatcher.sandbox.real.finisher import JobFinisher
 from dispatcher.sandbox.real.plane import (
     KueueOptions,
     RealPlane,
-    Remedy,
     real_plane,
     wait_until,
 )
