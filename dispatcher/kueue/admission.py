@@ -23,13 +23,24 @@ placement (contract C69, C71, C72):
   ``LowerOrNewerEqualPriority``): candidates ordered as Kueue's ``CandidatesOrdering`` (already
   evicted first, then lowest priority, then most recently reserved), removed greedily until the
   workload fits, then added back in reverse order when not needed (``minimalPreemptions`` with
-  ``fillBackWorkloads``), so the victim set is minimal.
+  ``fillBackWorkloads``), so the victim set is minimal. Preemption is only considered for a
+  ``(flavor, resource)`` whose request fits the queue's nominal quota, unless
+  ``preemption.borrowWithinCohort.policy`` is set (not ``Never``): a workload that can only be
+  admitted by borrowing waits for free quota instead of preempting (C72; Kueue v0.19's
+  ``fitsResourceQuota`` in ``pkg/scheduler/flavorassigner``: ``Preempt`` mode needs
+  ``nominal >= request``, reclamation in a hierarchy, or ``canPreemptWhileBorrowing``; otherwise
+  ``NoFit``). Once preemption is considered, the preemptor may still borrow after its victims
+  are gone (``workloadFits`` with borrowing allowed when there are no candidates in other queues).
+* **``pods`` quota**: a ClusterQueue covering the resource ``pods`` counts each pod of a pod set
+  as one ``pods`` (:func:`dispatcher.kueue.flavorfit.quota_requests`, C69), in its admissions'
+  ``resourceUsage`` as in its usage.
 * **Never fits**: a workload bigger than what its ClusterQueue could ever get (nominal quota plus
   everything it may borrow from an otherwise idle cohort), or with no matching flavor.
 
-Not modelled: hierarchical cohorts (``parentName``), reclaiming or borrowing preemption across
-the cohort (``reclaimWithinCohort``, ``borrowWithinCohort``), fair sharing, partial admission
-(``minCount``), topology-aware scheduling, flavor-fungibility settings other than the defaults.
+Not modelled: hierarchical cohorts (``parentName``), preempting workloads of other queues of the
+cohort (``reclaimWithinCohort``; ``borrowWithinCohort`` is read only for the rule above, so its
+``maxPriorityThreshold`` plays no part), fair sharing, partial admission (``minCount``),
+topology-aware scheduling, flavor-fungibility settings other than the defaults.
 
 Every type here is an immutable dataclass and nothing performs I/O.
 """
@@ -95,20 +106,31 @@ class QueuePolicy:
     within_cluster_queue: str = NEVER
     """``spec.preemption.withinClusterQueue``: ``Never``, ``LowerPriority`` or
     ``LowerOrNewerEqualPriority``."""
+    borrow_within_cohort: str = NEVER
+    """``spec.preemption.borrowWithinCohort.policy``: ``Never`` (also when unset) or
+    ``LowerPriority``; anything but ``Never`` lets a preemptor that needs to borrow preempt."""
 
     @property
     def strict(self) -> bool:
         """Whether the first workload not admitted blocks the ones behind it."""
         return self.queueing_strategy == STRICT_FIFO
 
+    @property
+    def preempts_while_borrowing(self) -> bool:
+        """Kueue's ``canPreemptWhileBorrowing`` (without fair sharing): ``borrowWithinCohort``
+        is set to a policy other than ``Never``."""
+        return self.borrow_within_cohort != NEVER
+
 
 def parse_queue_policy(raw: Mapping[str, Any]) -> QueuePolicy:
     """Read :class:`QueuePolicy` from a raw ClusterQueue dict (v1beta2)."""
     spec = raw.get("spec") or {}
     preemption = spec.get("preemption") or {}
+    borrow = preemption.get("borrowWithinCohort") or {}
     return QueuePolicy(
         queueing_strategy=str(spec.get("queueingStrategy") or BEST_EFFORT_FIFO),
         within_cluster_queue=str(preemption.get("withinClusterQueue") or NEVER),
+        borrow_within_cohort=str(borrow.get("policy") or NEVER),
     )
 
 
@@ -387,6 +409,23 @@ def _may_preempt(
     return False
 
 
+def _preemptible(
+    snapshot: QuotaSnapshot, freed: QuotaSnapshot, cluster_queue: str, policy: QueuePolicy
+) -> dict[FlavorResource, int]:
+    """What a preemptor can get per ``(flavor, resource)`` once its candidates are gone.
+
+    Free quota now, or, by preempting, what the candidates free; without ``borrowWithinCohort``
+    the latter only up to the nominal quota (Kueue's ``fitsResourceQuota``: a request above
+    nominal quota is ``NoFit`` rather than ``Preempt``, C72), so that a request that fits only by
+    borrowing finds no flavor by preemption.
+    """
+    now = snapshot.availability(cluster_queue)
+    after = freed.availability(cluster_queue)
+    if policy.preempts_while_borrowing:
+        return after
+    return {fr: max(now[fr], min(after[fr], snapshot.nominal(cluster_queue, fr))) for fr in after}
+
+
 def evaluate(
     workload: PendingWorkload,
     snapshot: QuotaSnapshot,
@@ -425,7 +464,9 @@ def evaluate(
     freed = snapshot
     for c in candidates:
         freed = freed.with_usage(c.cluster_queue, c.usage, -1)
-    target = assign_flavors(workload.pod_sets, cq, flavors, freed.availability(cq_name))
+    target = assign_flavors(
+        workload.pod_sets, cq, flavors, _preemptible(snapshot, freed, cq_name, policy)
+    )
     if not target.fits:
         return waiting
     short = {fr for fr, amount in target.usage.items() if snapshot.available(cq_name, fr) < amount}

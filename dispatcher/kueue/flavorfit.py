@@ -8,6 +8,11 @@ its taints, it defines quota for every requested resource of the group, and the 
 covers the request. Quota is accounted per ``(flavor, resource)`` and consumed as pod sets are
 placed, so several pod sets compete for it.
 
+A ClusterQueue that covers the resource ``pods`` in one of its resource groups counts every pod
+of a pod set as one unit of ``pods`` (Kueue's flavor assigner sets the ``pods`` request of each pod
+set to its pod count, whatever the template says): :func:`quota_requests`. Elsewhere ``pods`` is not
+a quota resource.
+
 Not modelled: partial admission (``minCount``), preemption, topology-aware scheduling, and
 flavor fungibility policies other than the default "first flavor that fits".
 """
@@ -24,16 +29,22 @@ from dispatcher.kueue.objects import (
     ResourceFlavorView,
     frozen_map,
 )
-from dispatcher.kueue.quantities import format_quantity
+from dispatcher.kueue.quantities import MILLI, format_quantity
 
 __all__ = [
+    "PODS",
     "FitResult",
     "assign_flavors",
     "available_now",
     "capacity_ceiling",
     "cohort_lending",
+    "covers_pods",
     "flavor_mismatch",
+    "quota_requests",
 ]
+
+PODS = "pods"
+"""The resource name under which a ClusterQueue can limit the number of pods it admits."""
 
 _TAINT_EFFECTS = ("NoSchedule", "NoExecute")
 
@@ -61,6 +72,26 @@ def flavor_mismatch(pod_set: PodSetView, flavor: ResourceFlavorView) -> str | No
         if not any(t.tolerates(taint) for t in pod_set.tolerations):
             return f"untolerated taint {taint.key}={taint.value}:{taint.effect} on {flavor.name}"
     return None
+
+
+def covers_pods(cluster_queue: ClusterQueueView) -> bool:
+    """Whether one of the queue's resource groups covers ``pods`` (Kueue's ``RGByResource``)."""
+    return cluster_queue.group_of(PODS) is not None
+
+
+def quota_requests(pod_set: PodSetView, cluster_queue: ClusterQueueView) -> dict[str, int]:
+    """What one pod set asks of a ClusterQueue's quota, in milli-units, zero amounts left out.
+
+    The pod set's total requests (per-pod requests times ``count``), plus ``pods = count`` when the
+    queue covers ``pods`` (C69; ``pkg/scheduler/flavorassigner`` ``assignFlavors`` overrides any
+    ``pods`` in the template, which Kueue's webhook refuses anyway).
+    """
+    total = {name: amount for name, amount in pod_set.total.items() if amount > 0}
+    if covers_pods(cluster_queue):
+        total.pop(PODS, None)
+        if pod_set.count > 0:
+            total[PODS] = pod_set.count * MILLI
+    return total
 
 
 def available_now(
@@ -140,7 +171,7 @@ def assign_flavors(
     chosen: dict[str, Mapping[str, str]] = {}
     usage: dict[FlavorResource, int] = {}
     for pod_set in pod_sets:
-        total = {name: amount for name, amount in pod_set.total.items() if amount > 0}
+        total = quota_requests(pod_set, cluster_queue)
         per_group: dict[int, dict[str, int]] = {}
         for resource, amount in total.items():
             index = next(

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from core_env import KueueEnv, get_condition, has, start_env
 from kueue_builders import (
     A100,
@@ -30,7 +31,8 @@ from kueue_builders import (
     workload,
 )
 
-from dispatcher.sandbox.kueue.runtime import KueueConfig
+from dispatcher.sandbox.kueue.core import sync_admitted_condition
+from dispatcher.sandbox.kueue.runtime import KueueConfig, ManualClock
 
 Obj = dict[str, Any]
 
@@ -79,33 +81,41 @@ async def basic_queue(env: KueueEnv, cpu: int = 4, **cq_args: Any) -> None:
 # --- C72: the admission sequence --------------------------------------------------------------
 
 
-async def test_c72_reserve_then_admit_as_separate_writes(kueue_env: KueueEnv) -> None:
+def admission_writes(env: KueueEnv, name: str) -> list[Any]:
+    """The emulation's admission-status writes of one Workload (field manager
+    ``kueue-admission``), in order."""
+    return [
+        e
+        for e in env.cluster.journal.entries()
+        if e.field_manager == "kueue-admission" and e.path.endswith(f"/workloads/{name}/status")
+    ]
+
+
+async def test_item7_worker_reserves_and_admits_in_one_write(kueue_env: KueueEnv) -> None:
+    """issue14-7, C72: on a ClusterQueue without admission checks Kueue's scheduler sets
+    ``QuotaReserved`` and ``Admitted`` in the reservation write (``prepareWorkload`` syncs
+    ``Admitted`` when the workload has every required check: none)."""
     env = kueue_env
     await basic_queue(env)
     since = await env.resource_version()
     await create(env.api, workload("w1", cpu="1"))
     seen: list[Obj] = []
     admitted = await env.wait_workload("w1", has("Admitted"), seen=seen, since=since)
-    reserved_only = [
-        o for o in seen if has("QuotaReserved")(o) and get_condition(o, "Admitted") is None
-    ]
-    assert reserved_only, "QuotaReserved=True must be observable before Admitted=True"
+    assert not [o for o in seen if has("QuotaReserved")(o) and not has("Admitted")(o)]
     quota = get_condition(admitted, "QuotaReserved")
+    cond = get_condition(admitted, "Admitted")
     assert quota is not None
+    assert cond is not None
     assert (quota["reason"], quota["message"]) == (
         "QuotaReserved",
         "Quota reserved in ClusterQueue cq",
     )
-    cond = get_condition(admitted, "Admitted")
-    assert cond is not None
     assert (cond["reason"], cond["message"]) == ("Admitted", "The workload is admitted")
-    writes = [
-        e
-        for e in env.cluster.journal.entries()
-        if e.field_manager == "kueue-admission" and e.path.endswith("/workloads/w1/status")
-    ]
-    assert len(writes) >= 2
-    assert all(e.content_type.startswith("application/apply-patch") for e in writes)  # C42
+    assert cond["lastTransitionTime"] == quota["lastTransitionTime"]
+    writes = admission_writes(env, "w1")
+    assert len(writes) == 1
+    assert writes[0].content_type.startswith("application/apply-patch")  # C42
+    assert env.kueue.counters.get("kueue_admitted_workloads_total") == 1
 
 
 async def test_c72_admit_delay_uses_the_injected_clock(crds_dir: Path) -> None:
@@ -420,20 +430,45 @@ async def test_c72_deleted_workload_releases_quota(kueue_env: KueueEnv) -> None:
     await env.wait_workload("second", has("Admitted"))
 
 
-async def test_c13_external_eviction_releases_and_requeues(kueue_env: KueueEnv) -> None:
+def evicted_condition(env: KueueEnv, reason: str) -> Obj:
+    return {
+        "type": "Evicted",
+        "status": "True",
+        "reason": reason,
+        "message": "evicted by a test",
+        "lastTransitionTime": env.timestamp(),
+    }
+
+
+RELEASE_CASES = [
+    # (eviction reason, Requeued as released, Requeued once the workload controller saw it)
+    pytest.param("Preempted", ("True", "Preempted"), None, id="issue14-6-preempted-requeued"),
+    pytest.param(
+        "PodsReadyTimeout",
+        ("False", "PodsReadyTimeout"),
+        ("True", "BackoffFinished"),
+        id="issue14-6-timeout-requeued-after-backoff",
+    ),
+]
+
+
+@pytest.mark.parametrize(("reason", "released_requeued", "later_requeued"), RELEASE_CASES)
+async def test_c13_external_eviction_releases_and_requeues(
+    kueue_env: KueueEnv,
+    reason: str,
+    released_requeued: tuple[str, str],
+    later_requeued: tuple[str, str] | None,
+) -> None:
+    """A Workload without a job owner is released at once (the emulation's stand-in for a job
+    integration), with the status Kueue's Job reconciler writes (issue 14 item 6):
+    ``Requeued`` True only after a preemption, else False until the workload controller ends
+    the backoff (``BackoffFinished``)."""
     env = kueue_env
     await basic_queue(env, cpu=2)
     await create(env.api, workload("w1", cpu="2"))
     await env.wait_workload("w1", has("Admitted"))
-    evicted = {
-        "type": "Evicted",
-        "status": "True",
-        "reason": "EvictedOnManagerCluster",
-        "message": "evicted by a test",
-        "lastTransitionTime": env.timestamp(),
-    }
     current = await env.workload("w1")
-    conditions = [*status_of(current)["conditions"], evicted]  # a merge patch replaces lists
+    conditions = [*status_of(current)["conditions"], evicted_condition(env, reason)]
     done = await env.merge_status("workloads", "w1", {"conditions": conditions}, "default")
     seen: list[Obj] = []
     back = await env.wait_workload(
@@ -441,11 +476,60 @@ async def test_c13_external_eviction_releases_and_requeues(kueue_env: KueueEnv) 
     )
     released = [o for o in seen if has("QuotaReserved", "False", "Pending")(o)]
     assert released, "quota must be released before the workload is admitted again"
-    assert "admission" not in status_of(released[0])
-    assert (get_condition(released[0], "Admitted") or {})["reason"] == "NoReservation"
-    assert (get_condition(released[0], "Requeued") or {})["status"] == "True"
+    first = released[0]
+    assert "admission" not in status_of(first)
+    admitted_cond = get_condition(first, "Admitted") or {}
+    assert (admitted_cond["reason"], admitted_cond["message"]) == (
+        "NoReservation",
+        "The workload has no reservation",
+    )
+    requeued = get_condition(first, "Requeued") or {}
+    assert (requeued["status"], requeued["reason"]) == released_requeued
+    assert requeued["message"] == "evicted by a test"
+    if later_requeued is not None:
+        flipped = [o for o in seen if has("Requeued", *later_requeued)(o)]
+        assert flipped, "the workload controller ends the backoff before it is queued again"
+        assert not has("QuotaReserved")(flipped[0]), "not reserved while Requeued=False"
+        assert (get_condition(flipped[0], "Requeued") or {})["message"] == (
+            "The workload backoff was finished"
+        )
     await env.wait_workload("w1", has("Admitted"))
     assert has("QuotaReserved")(back)
+
+
+async def test_item6_core_leaves_a_job_owned_workload_to_the_job_reconciler(
+    kueue_env: KueueEnv,
+) -> None:
+    """issue14-6: Kueue's core never releases an evicted Workload; for one owned by a Job the
+    Job reconciler does, once the Job has no active pods (no Job reconciler runs here)."""
+    env = kueue_env
+    await basic_queue(env, cpu=2)
+    owned = workload("owned", cpu="2")
+    owned["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "name": "owner",
+            "uid": "00000000-0000-0000-0000-000000000001",
+            "controller": True,
+        }
+    ]
+    await create(env.api, owned)
+    await env.wait_workload("owned", has("Admitted"))
+    await create(env.api, workload("next", cpu="2"))
+    await env.wait_workload("next", has("QuotaReserved", "False", "Pending"))
+    current = await env.workload("owned")
+    conditions = [*status_of(current)["conditions"], evicted_condition(env, "Preempted")]
+    await env.merge_status("workloads", "owned", {"conditions": conditions}, "default")
+    # A pass that sees the new Workload "probe" also saw the eviction (one informer, in order),
+    # and a release would have been written in it before "probe" got its pending status.
+    await create(env.api, workload("probe", cpu="2"))
+    await env.wait_workload("probe", has("QuotaReserved", "False", "Pending"))
+    still = await env.workload("owned")
+    assert has("QuotaReserved")(still)
+    assert has("Evicted")(still)
+    assert status_of(still)["admission"]["clusterQueue"] == "cq"
+    assert not has("QuotaReserved")(await env.workload("next"))
 
 
 async def test_c13_conditions_carry_every_required_field(kueue_env: KueueEnv) -> None:
@@ -476,6 +560,25 @@ async def test_c13_hold_and_drain_evicts_with_cluster_queue_stopped(kueue_env: K
     stopped = await env.wait_workload("w1", has("QuotaReserved", "False", "Inadmissible"))
     assert (get_condition(stopped, "Evicted") or {})["reason"] == "ClusterQueueStopped"
     await env.wait_for("clusterqueues", "cq", has("Active", "False", "Stopped"))
+    # issue 14 item 6: released with Requeued=False; the workload controller turns it True when
+    # the ClusterQueue runs again, and only then is the workload queued.
+    assert has("Requeued", "False", "ClusterQueueStopped")(stopped)
+    await env.custom.patch_cluster_custom_object(
+        "kueue.x-k8s.io",
+        "v1beta2",
+        "clusterqueues",
+        "cq",
+        {"spec": {"stopPolicy": "None"}},
+        _content_type="application/merge-patch+json",
+    )
+    seen: list[Obj] = []
+    back = await env.wait_workload("w1", has("Admitted"), seen=seen, since=rv_of(stopped))
+    restarted = next(o for o in seen if has("Requeued", "True", "ClusterQueueRestarted")(o))
+    assert not has("QuotaReserved")(restarted)
+    assert (get_condition(restarted, "Requeued") or {})["message"] == (
+        "The ClusterQueue was restarted after being stopped"
+    )
+    assert has("Requeued", "True", "ClusterQueueRestarted")(back)
 
 
 # --- manager role: admission checks (C37–C39) -----------------------------------------------------
@@ -676,3 +779,146 @@ async def test_c39_rejected_deactivates(manager_kueue_env: KueueEnv) -> None:
     assert spec_writes, "deactivation is a spec write (C39)"
     cq = await env.wait_for("clusterqueues", "cq", counts(0, 0, 0))
     assert totals(cq, "flavorsReservation") == {("default", "cpu"): "0"}
+
+
+# --- issue 14 item 8: `pods` quota; item 9: no preemption to borrow -----------------------------
+
+
+async def test_item8_pods_quota_is_charged_per_pod(kueue_env: KueueEnv) -> None:
+    """issue14-8, C69: a ClusterQueue covering ``pods`` charges each pod set its pod count,
+    in ``status.admission`` and in ``flavorsReservation``."""
+    env = kueue_env
+    await create(
+        env.api,
+        resource_flavor("default"),
+        cluster_queue("cq", {"default": {"cpu": 8, "pods": 3}}),
+        local_queue("user-queue", "default", "cq"),
+    )
+    await create(env.api, workload("two", pod_sets=[pod_set(count=2, cpu="1")]))
+    two = await env.wait_workload("two", has("Admitted"))
+    [assignment] = status_of(two)["admission"]["podSetAssignments"]
+    assert assignment["flavors"] == {"cpu": "default", "pods": "default"}
+    assert assignment["resourceUsage"] == {"cpu": "2", "pods": "2"}
+    await create(env.api, workload("two-more", pod_sets=[pod_set(count=2, cpu="1")]))
+    waiting = await env.wait_workload("two-more", has("QuotaReserved", "False", "Pending"))
+    assert "pods" in (get_condition(waiting, "QuotaReserved") or {})["message"]
+    await create(env.api, workload("one", pod_sets=[pod_set(count=1, cpu="1")]))
+    await env.wait_workload("one", has("Admitted"))
+    cq = await env.wait_for("clusterqueues", "cq", counts(1, 2, 2))
+    assert totals(cq, "flavorsReservation") == {("default", "cpu"): "3", ("default", "pods"): "3"}
+    assert not has("QuotaReserved")(await env.workload("two-more"))
+
+
+async def test_item9_no_preemption_for_a_request_that_needs_borrowing(
+    kueue_env: KueueEnv,
+) -> None:
+    """issue14-9, C72: queue ``a`` (4 cpu, cohort ``team`` with an idle 4-cpu ``b``) holds a
+    low-priority 4-cpu workload. A high-priority 6-cpu one could fit by preempting it and
+    borrowing 2, but Kueue v0.19 considers preemption only within nominal quota unless
+    ``borrowWithinCohort`` is set: it waits. With ``borrowWithinCohort`` it preempts."""
+    env = kueue_env
+    await create(
+        env.api,
+        resource_flavor("default"),
+        cluster_queue("a", {"default": {"cpu": 4}}, cohort="team", preemption="LowerPriority"),
+        cluster_queue("b", {"default": {"cpu": 4}}, cohort="team"),
+        local_queue("qa", "default", "a"),
+        workload("low", queue="qa", cpu="4"),
+    )
+    await env.wait_workload("low", has("Admitted"))
+    await create(env.api, workload("high", queue="qa", cpu="6", priority=10))
+    waiting = await env.wait_workload("high", has("QuotaReserved", "False", "Pending"))
+    message = (get_condition(waiting, "QuotaReserved") or {})["message"]
+    assert message.startswith("couldn't assign flavors"), message
+    low = await env.workload("low")
+    assert has("Admitted")(low)
+    assert get_condition(low, "Evicted") is None
+    await env.custom.patch_cluster_custom_object(
+        "kueue.x-k8s.io",
+        "v1beta2",
+        "clusterqueues",
+        "a",
+        {
+            "spec": {
+                "preemption": {
+                    "reclaimWithinCohort": "LowerPriority",
+                    "borrowWithinCohort": {"policy": "LowerPriority"},
+                }
+            }
+        },
+        _content_type="application/merge-patch+json",
+    )
+    preempted = await env.wait_workload("low", has("Evicted", "True", "Preempted"))
+    assert has("Preempted", "True", "InClusterQueue")(preempted)
+    await env.wait_workload("high", has("Admitted"))
+    cq = await env.wait_for("clusterqueues", "a", counts(1, 1, 1))
+    reservation = status_of(cq)["flavorsReservation"][0]["resources"][0]
+    assert reservation == {"name": "cpu", "total": "6", "borrowed": "2"}
+
+
+# --- SyncAdmittedCondition (pure) ---------------------------------------------------------------
+
+
+def _status(
+    reserved: str | None, admitted: str | None, checks: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    conditions = []
+    if reserved is not None:
+        conditions.append({"type": "QuotaReserved", "status": reserved, "reason": "x"})
+    if admitted is not None:
+        conditions.append({"type": "Admitted", "status": admitted, "reason": "x"})
+    out: dict[str, Any] = {"conditions": conditions}
+    if checks:
+        out["admissionChecks"] = [{"name": f"c{i}", "state": s} for i, s in enumerate(checks)]
+    return out
+
+
+SYNC_CASES = [
+    # (QuotaReserved, Admitted, check states, v0.20 gate, expected Admitted (status, reason))
+    pytest.param("True", None, (), False, ("True", "Admitted"), id="reserved-no-checks"),
+    pytest.param("True", None, ("Ready",), False, ("True", "Admitted"), id="reserved-ready"),
+    pytest.param("True", None, ("Pending",), False, None, id="v019-checks-pending-no-write"),
+    pytest.param(
+        "True",
+        None,
+        ("Pending",),
+        True,
+        ("False", "UnsatisfiedAdmissionChecks"),
+        id="v020-checks-pending",
+    ),
+    pytest.param("False", "True", (), False, ("False", "NoReservation"), id="released-no-checks"),
+    pytest.param(
+        "False",
+        "True",
+        ("Pending",),
+        False,
+        ("False", "NoReservationUnsatisfiedChecks"),
+        id="v019-released-checks-reset",
+    ),
+    pytest.param(
+        "False", "True", ("Pending",), True, ("False", "NoReservation"), id="v020-released"
+    ),
+    pytest.param("False", None, (), False, None, id="v019-never-admitted-no-write"),
+    pytest.param(None, None, (), True, None, id="v020-nothing-yet-no-write"),
+]
+
+
+@pytest.mark.parametrize(("reserved", "admitted", "checks", "gate", "expected"), SYNC_CASES)
+def test_sync_admitted_condition_follows_kueue(
+    reserved: str | None,
+    admitted: str | None,
+    checks: tuple[str, ...],
+    gate: bool,
+    expected: tuple[str, str] | None,
+) -> None:
+    """``SyncAdmittedCondition`` as used by the reservation (item 7) and the release (item 6)."""
+    status = _status(reserved, admitted, checks)
+    changed = sync_admitted_condition(status, ManualClock(), observability=gate)
+    found = get_condition({"status": status}, "Admitted")
+    if expected is None:
+        assert not changed
+        assert (found or {}).get("status") == admitted
+    else:
+        assert changed
+        assert found is not None
+        assert (found["status"], found["reason"]) == expected

@@ -27,6 +27,7 @@ from dispatcher.kueue.admission import (
     plan_admissions,
     queue_order,
 )
+from dispatcher.kueue.flavorfit import quota_requests
 from dispatcher.kueue.objects import (
     ClusterQueueView,
     ResourceFlavorView,
@@ -35,6 +36,7 @@ from dispatcher.kueue.objects import (
     parse_resource_flavor,
 )
 from dispatcher.kueue.quantities import parse_quantity
+from dispatcher.testing import FlavorSpec, decide, dispatch_burst, make_cluster, make_request
 
 GPU = "nvidia.com/gpu"
 PRODUCT = "nvidia.com/gpu.product"
@@ -545,3 +547,181 @@ def test_c69_cohort_object_quota_is_shared_by_its_members() -> None:
     snapshot = QuotaSnapshot.build([a], cohort_quotas=shared)
     assert evaluate(wl("w", "a", cpu="5"), snapshot, FLAVORS).mode == "fit"
     assert evaluate(wl("w", "a", cpu="6"), snapshot, FLAVORS).mode == "never"
+
+
+# --- issue 14 item 8: `pods` quota (C69) --------------------------------------------------------
+
+PODS_QUOTA = {"default": {"cpu": "8", "pods": "3"}}
+
+PODS_CASES = [
+    # (queue quotas, pods held by others, pod count, expected mode, pods charged)
+    pytest.param(PODS_QUOTA, "0", 3, "fit", 3, id="issue14-8-three-pods-fill-a-quota-of-3"),
+    pytest.param(PODS_QUOTA, "0", 4, "never", 0, id="issue14-8-four-pods-never-fit-3"),
+    pytest.param(PODS_QUOTA, "2", 2, "wait", 0, id="issue14-8-pods-full-while-cpu-is-free"),
+    pytest.param(PODS_QUOTA, "2", 1, "fit", 1, id="issue14-8-the-last-pod-fits"),
+    pytest.param(
+        {"default": {"cpu": "8"}}, "0", 20, "fit", 0, id="issue14-8-no-pods-quota-no-pod-limit"
+    ),
+]
+
+
+@pytest.mark.parametrize(("quotas", "held", "count", "mode", "pods"), PODS_CASES)
+def test_item8_pods_quota_counts_each_pod_of_a_pod_set(
+    quotas: Mapping[str, Mapping[str, str]], held: str, count: int, mode: str, pods: int
+) -> None:
+    """Kueue's flavor assigner adds ``pods = count`` to a pod set's requests when its
+    ClusterQueue covers ``pods`` (``pkg/scheduler/flavorassigner`` ``assignFlavors``)."""
+    queue = cq("cq", quotas)
+    holders = [holding("busy", pods=held, cpu="1")] if held != "0" else []
+    snapshot = QuotaSnapshot.build([queue], holders)
+    result = evaluate(wl("w", count=count, cpu="100m"), snapshot, FLAVORS)
+    assert result.mode == mode, result.reason
+    if mode == "fit":
+        assert result.usage.get(("default", "pods"), 0) == pods * 1000
+        assert result.usage[("default", "cpu")] == count * 100
+        if pods:
+            assert result.flavors["main"]["pods"] == "default"
+    else:
+        assert "pods" in result.reason
+
+
+def test_item8_pods_request_in_the_template_is_replaced_by_the_pod_count() -> None:
+    """Kueue overrides a ``pods`` request with the pod count (its webhook refuses the key)."""
+    queue = cq("cq", PODS_QUOTA)
+    spec = {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1", "pods": "5"}}}]}
+    pod_set = parse_pod_set({"name": "main", "count": 2, "template": {"spec": spec}})
+    assert quota_requests(pod_set, queue) == {"cpu": 2000, "pods": 2000}
+    without = cq("plain", {"default": {"cpu": "8"}})
+    plain = parse_pod_set(
+        {"name": "main", "count": 2, "template": {"spec": {"containers": [{"name": "c"}]}}}
+    )
+    assert quota_requests(plain, without) == {}
+
+
+def test_item8_a_cycle_accounts_pods_between_admissions() -> None:
+    queue = cq("cq", PODS_QUOTA)
+    plan = plan_admissions(
+        [
+            wl("two-pods", count=2, cpu="1", created=1),
+            wl("two-more", count=2, cpu="1", created=2),
+            wl("one-pod", count=1, cpu="1", created=3),
+        ],
+        [],
+        [queue],
+        FLAVORS,
+    )
+    assert [e.key for e in plan.admitted] == ["ns/two-pods", "ns/one-pod"]
+    assert [(e.key, e.mode) for e in plan.pending] == [("ns/two-more", "wait")]
+
+
+def test_item8_admission_usage_charges_pods() -> None:
+    usage = admission_usage(
+        {
+            "clusterQueue": "cq",
+            "podSetAssignments": [
+                {
+                    "name": "main",
+                    "flavors": {"cpu": "default", "pods": "default"},
+                    "resourceUsage": {"cpu": "2", "pods": "2"},
+                    "count": 2,
+                }
+            ],
+        }
+    )
+    assert usage == {("default", "cpu"): 2000, ("default", "pods"): 2000}
+
+
+def test_item8_dispatcher_predictions_honour_pods_quota() -> None:
+    """The dispatcher's capacity prediction (``dispatcher.algorithms.stages``) uses the same
+    flavor fit: a worker whose ``pods`` quota is used up does not fit now, however much cpu it
+    has free, and in-flight nominations consume ``pods`` too."""
+    full = make_cluster(
+        "pods-full",
+        flavors=[FlavorSpec("default", quota={"cpu": 64, "pods": 2}, used={"pods": 2})],
+        order=0,
+    )
+    roomy = make_cluster(
+        "pods-roomy",
+        flavors=[FlavorSpec("default", quota={"cpu": 16, "pods": 10}, used={"cpu": 8})],
+        order=1,
+    )
+    decision = decide(make_request("w", cpu=1), [full, roomy], names=["capacity-first"])
+    assert decision.nominate == ("pods-roomy",)
+    assert decision.verdict("pods-full").fits_now is False
+    assert decision.verdict("pods-roomy").fits_now is True
+    burst = dispatch_burst(
+        [make_request(f"b{i}", cpu=1, count=4) for i in range(3)],
+        [make_cluster("w", flavors=[FlavorSpec("default", quota={"cpu": 64, "pods": 10})])],
+        names=["capacity-first"],
+    )
+    assert [d.verdict("w").fits_now for d in burst] == [True, True, False]
+
+
+# --- issue 14 item 9: preemption only within nominal quota (C72) -------------------------------
+
+BORROW_PREEMPT_CASES = [
+    # (borrowWithinCohort policy, preemptor's cpu, expected mode, victims, borrowed cpu)
+    pytest.param("Never", "4", "preempt", ["low"], 0, id="issue14-9-request-within-nominal"),
+    pytest.param("Never", "5", "wait", [], 0, id="issue14-9-request-above-nominal-waits"),
+    pytest.param(
+        "LowerPriority", "5", "preempt", ["low"], 1, id="issue14-9-borrow-within-cohort-preempts"
+    ),
+    pytest.param("LowerPriority", "7", "wait", [], 0, id="issue14-9-not-even-by-preempting"),
+    pytest.param("Never", "9", "never", [], 0, id="issue14-9-above-the-cohort"),
+]
+
+
+@pytest.mark.parametrize(("borrow", "asked", "mode", "victims", "borrowed"), BORROW_PREEMPT_CASES)
+def test_item9_preemption_for_a_request_above_nominal_needs_borrow_within_cohort(
+    borrow: str, asked: str, mode: str, victims: list[str], borrowed: int
+) -> None:
+    """Queue ``a``: 4 cpu nominal, all held by ``low``; its peer ``b`` (4 cpu) uses 2, so 2 can
+    be borrowed. Kueue's ``fitsResourceQuota`` considers preemption for a request above nominal
+    quota only with ``borrowWithinCohort`` (v0.19.2 ``pkg/scheduler/flavorassigner``)."""
+    a = cq("a", {"default": {"cpu": "4"}}, cohort="team")
+    b = cq("b", {"default": {"cpu": "4"}}, cohort="team")
+    reserving = [holding("low", "a", cpu="4"), holding("peer", "b", priority=9, cpu="2")]
+    snapshot = QuotaSnapshot.build([a, b], reserving)
+    policy = parse_queue_policy(
+        {
+            "spec": {
+                "preemption": {
+                    "withinClusterQueue": "LowerPriority",
+                    "reclaimWithinCohort": "Never" if borrow == "Never" else "LowerPriority",
+                    "borrowWithinCohort": {"policy": borrow},
+                }
+            }
+        }
+    )
+    assert policy.borrow_within_cohort == borrow
+    result = evaluate(wl("hi", "a", cpu=asked, priority=5), snapshot, FLAVORS, policy, reserving)
+    assert result.mode == mode, result.reason
+    assert [v.key for v in result.victims] == [f"ns/{v}" for v in victims]
+    assert result.borrowing.get(("default", "cpu"), 0) == borrowed * 1000
+
+
+def test_item9_a_request_within_nominal_may_still_borrow_after_preempting() -> None:
+    """Within nominal quota, preemption is considered, and the preemptor may borrow once its
+    victims are gone (``workloadFits`` with borrowing allowed: no candidates in other queues)."""
+    a = cq("a", {"default": {"cpu": "4"}}, cohort="team")
+    b = cq("b", {"default": {"cpu": "4"}}, cohort="team")
+    reserving = [
+        holding("low", "a", priority=0, cpu="2"),
+        holding("top", "a", priority=9, cpu="2"),
+        holding("peer", "b", priority=9, cpu="2"),
+    ]
+    snapshot = QuotaSnapshot.build([a, b], reserving)
+    policy = QueuePolicy(within_cluster_queue="LowerPriority")
+    result = evaluate(wl("hi", "a", cpu="4", priority=5), snapshot, FLAVORS, policy, reserving)
+    assert result.mode == "preempt", result.reason
+    assert [v.key for v in result.victims] == ["ns/low"]
+    assert result.borrowing == {("default", "cpu"): 2000}
+
+
+def test_item9_without_a_cohort_nothing_changes() -> None:
+    queue = cq("cq", {"default": {"cpu": "4"}})
+    reserving = [holding("low", cpu="4")]
+    snapshot = QuotaSnapshot.build([queue], reserving)
+    policy = QueuePolicy(within_cluster_queue="LowerPriority")
+    result = evaluate(wl("hi", cpu="4", priority=5), snapshot, FLAVORS, policy, reserving)
+    assert (result.mode, [v.key for v in result.victims]) == ("preempt", ["ns/low"])

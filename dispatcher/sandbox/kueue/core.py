@@ -10,25 +10,33 @@ manager runs it under the MultiKueue controllers of :mod:`.multikueue`, on the s
 
 Every pass of :meth:`CoreKueue.reconcile` recomputes everything from the cached objects:
 
-1. **Lifecycle of workloads holding quota** (C13, C37–C39, C72): an ``Evicted=True`` workload
-   (evicted by us, by a test or by the manager) releases its quota (``QuotaReserved=False``,
-   ``status.admission`` cleared, ``Admitted=False``) and is requeued; an inactive one
+1. **Lifecycle of workloads holding quota** (C13, C37–C39, C72): an inactive one
    (``spec.active=false``) is evicted with reason ``Deactivated``; an admission check in
    ``Rejected`` marks it ``DeactivationTarget`` and deactivates it (a spec write, C39); a check
    in ``Retry`` evicts it with reason ``AdmissionCheck``; every eviction resets
-   ``clusterName``, ``nominatedClusterNames`` and the admission checks (C37). ``Admitted=True``
-   follows the reservation as a separate write once every admission check is ``Ready``
+   ``clusterName``, ``nominatedClusterNames`` and the admission checks (C37). An
+   ``Evicted=True`` workload keeps its quota until it is released (``QuotaReserved=False``,
+   ``status.admission`` cleared, ``Admitted`` synced, ``Requeued`` set,
+   :func:`release_after_eviction`): for a Workload owned by a Job, by the Job reconciler once the
+   Job is stopped and has no active pods (:class:`.jobs.JobAdapter`; issue 14 item 6), for any
+   other Workload by this controller at once (a stand-in for a job integration, see
+   :meth:`CoreKueue._release`). ``Requeued=False`` holds a released workload out of the queue
+   until the workload controller's conditions for turning it True hold again
+   (:meth:`CoreKueue._sync_requeued`). On a ClusterQueue with admission checks,
+   ``Admitted=True`` follows the reservation as a separate write once every check is ``Ready``
    (``config.admit_delay_seconds`` later). On a worker, an admitted workload "runs" for the
    seconds in :data:`RUN_SECONDS_ANNOTATION` (injected clock) and then gets ``Finished=True``
    reason ``Succeeded``; finished and deleted workloads hold no quota.
 2. **Scheduling**: pending workloads (active, not finished, no quota) go through their
    LocalQueue to a ClusterQueue and the pure model
    :func:`dispatcher.kueue.admission.plan_admissions` decides (queue order, flavors, cohort
-   borrowing, ``LowerPriority`` preemption); a reservation writes ``QuotaReserved=True`` and
+   borrowing, ``pods`` quota, ``LowerPriority`` preemption within nominal quota unless
+   ``borrowWithinCohort`` allows more); a reservation writes ``QuotaReserved=True`` and
    ``status.admission`` (with, on a ClusterQueue with admission checks, every check
-   ``Pending``); victims get ``Evicted=True`` reason ``Preempted`` and ``Preempted=True`` reason
-   ``InClusterQueue``; workloads that do not fit get ``QuotaReserved=False`` with Kueue's reason
-   and message.
+   ``Pending``), and on a ClusterQueue without admission checks ``Admitted=True`` in the same
+   write (issue 14 item 7); victims get ``Evicted=True`` reason ``Preempted`` and
+   ``Preempted=True`` reason ``InClusterQueue``; workloads that do not fit get
+   ``QuotaReserved=False`` with Kueue's reason and message.
 3. **Queue status** (C69): ClusterQueue ``flavorsReservation`` (reserving and admitted),
    ``flavorsUsage`` (admitted), the three counters and condition ``Active``; the same counters
    on LocalQueues; merge patches to ``/status`` as field manager ``kueue``, only on change.
@@ -49,7 +57,13 @@ preemption while a gate is ``Closed`` (``BlockedOnPreemptionGates=True`` instead
 Differences from Kueue, on purpose: the ``role`` only decides whether admitted workloads "run"
 (workers) or wait for MultiKueue to finish them (manager); no finalizers are managed; no events
 are emitted; hierarchical cohorts, fair sharing, partial admission and topology-aware scheduling
-are not modelled (see :mod:`dispatcher.kueue.admission`).
+are not modelled (see :mod:`dispatcher.kueue.admission`). An evicted Workload that no Job owns
+is released by this controller at once, where real Kueue leaves it holding its quota until
+something releases it (Kueue's integration tests do it by hand); ``config.admit_delay_seconds``
+above 0 (a test knob) writes ``Admitted`` apart from the reservation even without admission
+checks; the reservation write also lists the ClusterQueue's admission checks (``Pending``),
+which Kueue's workload controller writes on its own, already while the workload is pending
+(``reconcileSyncAdmissionChecks``).
 """
 
 from __future__ import annotations
@@ -75,6 +89,7 @@ from dispatcher.kueue.admission import (
     parse_queue_policy,
     plan_admissions,
 )
+from dispatcher.kueue.flavorfit import quota_requests
 from dispatcher.kueue.objects import (
     ClusterQueueView,
     FlavorResource,
@@ -110,7 +125,14 @@ from dispatcher.sandbox.kueue.runtime import (
     write_admission_status,
 )
 
-__all__ = ["JOB_UID_LABEL", "RUN_SECONDS_ANNOTATION", "CoreKueue"]
+__all__ = [
+    "JOB_UID_LABEL",
+    "RUN_SECONDS_ANNOTATION",
+    "CoreKueue",
+    "job_owned",
+    "release_after_eviction",
+    "sync_admitted_condition",
+]
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +151,8 @@ _EVICTED_CHECK = "AdmissionCheck"
 _EVICTED_DEACTIVATED = "Deactivated"
 _EVICTED_CQ_STOPPED = "ClusterQueueStopped"
 _EVICTED_LQ_STOPPED = "LocalQueueStopped"
+_EVICTED_PODS_READY_TIMEOUT = "PodsReadyTimeout"
+_EVICTED_NODE_FAILURES = "NodeFailures"
 _CHECK_EVICTION_MESSAGE = "At least one admission check is false"
 # v0.20 (UnadmittedWorkloadsObservability on by default): the granular QuotaReserved=False
 # reasons (apis/kueue/v1beta2/workload_types.go WorkloadQuotaReservedReason*) and the Admitted=False
@@ -193,6 +217,77 @@ def has_closed_preemption_gate(wl: Mapping[str, Any]) -> bool:
         states.get(str(gate.get("name")), "Closed") == "Closed"
         for gate in (wl.get("spec") or {}).get("preemptionGates") or []
     )
+
+
+def job_owned(wl: Mapping[str, Any]) -> bool:
+    """Whether a batch/v1 Job is the Workload's controller (the Job reconciler then handles its
+    eviction, :class:`.jobs.JobAdapter`)."""
+    for ref in (wl.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller") and ref.get("kind") == "Job":
+            return str(ref.get("apiVersion", "")).startswith("batch/")
+    return False
+
+
+def sync_admitted_condition(status: Obj, clock: Clock, *, observability: bool) -> bool:
+    """Kueue's ``SyncAdmittedCondition`` (``pkg/workload/admissionchecks.go``) on a status dict.
+
+    ``Admitted`` follows the quota reservation and the admission checks (all ``Ready``; none
+    counts as all): True with both, else False with the reason of what is missing. Without the
+    UnadmittedWorkloadsObservability gate (v0.19) nothing is written while ``Admitted`` already
+    agrees; with it (v0.20) the condition is kept up to date once ``QuotaReserved`` exists.
+    Returns whether the status changed. Topology-aware scheduling is not modelled.
+    """
+    reserved = condition(status, "QuotaReserved")
+    admitted = condition(status, "Admitted")
+    has_reservation = reserved is not None and reserved.get("status") == "True"
+    checks_ready = all(c.get("state") == "Ready" for c in status.get("admissionChecks") or [])
+    is_admitted = admitted is not None and admitted.get("status") == "True"
+    if observability:
+        if reserved is None and admitted is None:
+            return False
+    elif is_admitted == (has_reservation and checks_ready):
+        return False
+    value, reason, message = True, "Admitted", "The workload is admitted"
+    if not has_reservation and not checks_ready:
+        value = False
+        if observability:
+            reason, message = _NO_RESERVATION, "The workload has no reservation"
+        else:
+            reason = "NoReservationUnsatisfiedChecks"
+            message = "The workload has no reservation and not all checks ready"
+    elif not has_reservation:
+        value, reason, message = False, _NO_RESERVATION, "The workload has no reservation"
+    elif not checks_ready:
+        value = False
+        reason = _UNSATISFIED_CHECKS_V020 if observability else _UNSATISFIED_CHECKS_V019
+        message = _NOT_ALL_CHECKS_READY
+    before = copy.deepcopy(admitted)
+    set_condition(status, "Admitted", value, reason, message, clock)
+    return condition(status, "Admitted") != before
+
+
+def release_after_eviction(status: Obj, clock: Clock, *, observability: bool) -> Obj:
+    """The status with which an evicted Workload gives its quota back; ``status`` is changed
+    in place and returned.
+
+    As Kueue's Job reconciler writes it once the job is stopped and has no active pods
+    (``pkg/controller/jobframework/reconciler.go``, eviction step, C13, C37): ``Requeued`` True
+    only after an eviction by preemption or node failures, otherwise False (the workload
+    controller turns it True again later), both with the eviction's reason and message;
+    ``QuotaReserved=False`` (reason ``Pending``, v0.20 ``PendingEvaluation``) with the
+    eviction's message; ``status.admission`` cleared; ``Admitted`` synced
+    (:func:`sync_admitted_condition`). The nomination was already reset by the eviction.
+    """
+    evicted = condition(status, "Evicted") or {}
+    reason = str(evicted.get("reason") or "")
+    message = str(evicted.get("message") or "")[:32768]
+    requeue = reason in (_EVICTED_PREEMPTED, _EVICTED_NODE_FAILURES)
+    set_condition(status, "Requeued", requeue, reason, message, clock)
+    pending = _PENDING_EVALUATION if observability else _PENDING
+    set_condition(status, "QuotaReserved", False, pending, message, clock)
+    status.pop("admission", None)
+    sync_admitted_condition(status, clock, observability=observability)
+    return status
 
 
 def _granular_inadmissible(message: str) -> str:
@@ -537,26 +632,60 @@ class CoreKueue(Controller):
                 )
 
     async def _release(self, wl: Obj) -> None:
-        """After an eviction: give the quota back and requeue (C13, C37, C72)."""
-        status = self._status(wl)
-        evicted = condition(status, "Evicted") or {}
-        reason = str(evicted.get("reason") or _PENDING)
-        message = str(evicted.get("message") or "The workload is evicted")
-        pending = self._reason(_PENDING, _PENDING_EVALUATION)
-        set_condition(status, "QuotaReserved", False, pending, message, self.clock)
-        status.pop("admission", None)
-        if self._observability or is_true({"status": status}, "Admitted"):
-            set_condition(
-                status,
-                "Admitted",
-                False,
-                "NoReservation",
-                "The workload has no reservation",
-                self.clock,
-            )
-        set_condition(status, "Requeued", _active(wl), reason, message, self.clock)
-        self._reset_nomination(status)
+        """After the eviction of a Workload no job integration owns: give the quota back.
+
+        The stand-in for a job integration (C13, C37, C72): Kueue's core never releases an
+        evicted Workload itself; for a Job the Job reconciler does it once the Job has no active
+        pods (:meth:`.jobs.JobAdapter`, issue 14 item 6), and Kueue's own integration tests
+        release bare Workloads by hand (``util.FinishEvictionForWorkloads``). Here a Workload
+        without a Job owner is released at once, with the same status as for a Job
+        (:func:`release_after_eviction`).
+        """
+        status = release_after_eviction(
+            self._status(wl), self.clock, observability=self._observability
+        )
         await self._write(wl, status)
+
+    async def _sync_requeued(self, state: _State, wl: Obj) -> float | None:
+        """Kueue's workload controller turning ``Requeued=False`` back to True (C13).
+
+        After a release with ``Requeued=False`` (any eviction but preemption), the workload is
+        not queued until: reactivated (reason ``Deactivated``, now active), its backoff is over
+        (``AdmissionCheck``, ``PodsReadyTimeout``: at once unless ``requeueState.requeueAt`` is
+        later), or its stopped LocalQueue/ClusterQueue runs again. Returns seconds until a
+        backoff ends, if one is pending.
+        """
+        requeued = condition(wl.get("status"), "Requeued")
+        if requeued is None or requeued.get("status") != "False" or _deleting(wl):
+            return None
+        reason = str(requeued.get("reason") or "")
+        status = self._status(wl)
+        wanted: tuple[str, str] | None = None
+        if _active(wl) and reason == _EVICTED_DEACTIVATED:
+            wanted = ("Reactivated", "The workload was reactivated")
+        elif _active(wl) and reason in (_EVICTED_CHECK, _EVICTED_PODS_READY_TIMEOUT):
+            requeue_at = parse_time((status.get("requeueState") or {}).get("requeueAt"))
+            if requeue_at is not None and requeue_at > self.clock.now():
+                return (requeue_at - self.clock.now()).total_seconds()
+            if status.get("requeueState"):
+                status["requeueState"].pop("requeueAt", None)
+            wanted = ("BackoffFinished", "The workload backoff was finished")
+        elif reason == _EVICTED_LQ_STOPPED:
+            lq = state.local_queue(wl)
+            if lq is not None and _stopped(lq) == "None" and not _deleting(lq):
+                wanted = ("LocalQueueRestarted", "The LocalQueue was restarted after being stopped")
+        elif reason == _EVICTED_CQ_STOPPED:
+            lq = state.local_queue(wl) or {}
+            cq = state.cluster_queues.get(str((lq.get("spec") or {}).get("clusterQueue", "")))
+            if cq is not None and _stopped(cq) == "None":
+                wanted = (
+                    "ClusterQueueRestarted",
+                    "The ClusterQueue was restarted after being stopped",
+                )
+        if wanted is not None:
+            set_condition(status, "Requeued", True, wanted[0], wanted[1], self.clock)
+            await self._write(wl, status)
+        return None
 
     # --- phase 1: workloads that hold quota -------------------------------------------------
 
@@ -568,7 +697,8 @@ class CoreKueue(Controller):
         lq = state.local_queue(wl)
         admitted = is_true(wl, "Admitted")
         if is_true(wl, "Evicted"):
-            await self._release(wl)
+            if not job_owned(wl):  # a Job's quota is released by the Job reconciler (item 6)
+                await self._release(wl)
             return None
         if not _active(wl):
             target = condition(status, "DeactivationTarget")
@@ -674,7 +804,9 @@ class CoreKueue(Controller):
         }
 
     async def _admit(self, wl: Obj) -> float | None:
-        """``Admitted=True``, ``admit_delay_seconds`` after the reservation (C72)."""
+        """``Admitted=True`` in a write of its own once every admission check is ``Ready``, at
+        least ``admit_delay_seconds`` after the reservation (C72; without admission checks it
+        comes with the reservation, :meth:`_reserve`, unless the delay knob is set)."""
         uid = _uid(wl)
         since = self._reserved_at.get(uid) or _time_of(condition(wl.get("status"), "QuotaReserved"))
         if since is not None:
@@ -779,10 +911,14 @@ class CoreKueue(Controller):
 
     def _pending(
         self, state: _State
-    ) -> tuple[list[tuple[Obj, PendingWorkload]], list[tuple[Obj, str]]]:
-        """Queued workloads (with their model view), and the inadmissible ones with a message."""
+    ) -> tuple[list[tuple[Obj, PendingWorkload]], list[tuple[Obj, str]], list[Obj]]:
+        """Queued workloads (with their model view), the inadmissible ones with a message, and
+        those held back until their ``Requeued`` condition is True again (C13: Kueue's queue
+        keeps a workload with ``Requeued=False`` among the inadmissible ones, unscheduled and
+        untouched, but counts it as pending)."""
         queued: list[tuple[Obj, PendingWorkload]] = []
         inadmissible: list[tuple[Obj, str]] = []
+        held: list[Obj] = []
         for key, wl in sorted(state.workloads.items()):
             if (
                 is_true(wl, "QuotaReserved")
@@ -795,6 +931,10 @@ class CoreKueue(Controller):
             if problem is not None:
                 inadmissible.append((wl, problem))
                 continue
+            requeued = condition(wl.get("status"), "Requeued")
+            if requeued is not None and requeued.get("status") == "False":
+                held.append(wl)
+                continue
             lq = state.local_queue(wl) or {}
             spec = wl.get("spec") or {}
             view = PendingWorkload(
@@ -805,7 +945,7 @@ class CoreKueue(Controller):
                 queued_at=self._queued_at(wl),
             )
             queued.append((wl, view))
-        return queued, inadmissible
+        return queued, inadmissible, held
 
     def _snapshot_inputs(
         self, state: _State
@@ -818,7 +958,7 @@ class CoreKueue(Controller):
         return queues, policies, cohorts
 
     async def _schedule_pending(self, state: _State) -> None:
-        queued, inadmissible = self._pending(state)
+        queued, inadmissible, _ = self._pending(state)
         for wl, message in inadmissible:
             reason = self._reason(_INADMISSIBLE, _granular_inadmissible(message))
             await self._set_pending(wl, reason, message)
@@ -901,16 +1041,26 @@ class CoreKueue(Controller):
         await self._write(wl, status)
 
     async def _reserve(self, state: _State, wl: Obj, ev: Evaluation) -> None:
-        """``QuotaReserved=True`` and ``status.admission`` (C15, C72)."""
+        """``QuotaReserved=True`` and ``status.admission`` (C15, C72), in one write with
+        ``Admitted=True`` where nothing else is awaited.
+
+        Kueue's scheduler (``prepareWorkload``) syncs ``Admitted`` in the reservation write when
+        the workload already lists every admission check its ClusterQueue requires: so a
+        ClusterQueue without checks (a worker's) admits in the same write (issue 14 item 7),
+        while one with checks (the manager's MultiKueue check) reserves first and admits
+        later, once every check is ``Ready`` (:meth:`_admit`). ``config.admit_delay_seconds``
+        (a test knob, not Kueue's) keeps the two writes everywhere.
+        """
         status = self._status(wl)
+        view = state.views[ev.cluster_queue]
         assignments = []
         for raw in (wl.get("spec") or {}).get("podSets") or []:
             pod_set = parse_pod_set(raw)
             flavors = dict(ev.flavors.get(pod_set.name) or {})
             usage = {
                 resource: format_resource_quantity(resource, amount)
-                for resource, amount in pod_set.total.items()
-                if amount > 0 and resource in flavors
+                for resource, amount in quota_requests(pod_set, view).items()
+                if resource in flavors
             }
             assignments.append(
                 {
@@ -943,16 +1093,25 @@ class CoreKueue(Controller):
         cq = state.cluster_queues[ev.cluster_queue]
         assigned = {f for per_pod_set in ev.flavors.values() for f in per_pod_set.values()}
         by_name = {c.get("name"): c for c in status.get("admissionChecks") or []}
-        checks = [by_name.get(n) or self._new_check(n) for n in self._check_names(cq, assigned)]
+        required = self._check_names(cq, assigned)
+        has_all_required = set(required) <= set(by_name)  # HasAllRequiredChecks, before the
+        checks = [by_name.get(n) or self._new_check(n) for n in required]  # checks are added
         if checks:
             status["admissionChecks"] = checks
         else:
             status.pop("admissionChecks", None)
+        if has_all_required and self.config.admit_delay_seconds <= 0:
+            sync_admitted_condition(status, self.clock, observability=self._observability)
+        admitted = is_true({"status": status}, "Admitted")
         if await self._write(wl, status) is not None:
-            self._reserved_at[_uid(wl)] = self.clock.now()
+            now = self.clock.now()
+            self._reserved_at[_uid(wl)] = now
             self.counters.inc(
                 "kueue_quota_reserved_workloads_total", cluster_queue=ev.cluster_queue
             )
+            if admitted:
+                self._admitted_at[_uid(wl)] = now
+                self.counters.inc("kueue_admitted_workloads_total", cluster_queue=ev.cluster_queue)
 
     # --- phase 3: queue status ----------------------------------------------------------------
 
@@ -1022,8 +1181,8 @@ class CoreKueue(Controller):
         """ClusterQueue and LocalQueue status (C69), written only when it changed."""
         holders = {self._workload_key(r): r for r in self._reserving(state)}
         queues, _, cohorts = self._snapshot_inputs(state)
-        queued, inadmissible = self._pending(state)
-        waiting = [wl for wl, _ in queued] + [wl for wl, _ in inadmissible]
+        queued, inadmissible, held = self._pending(state)
+        waiting = [wl for wl, _ in queued] + [wl for wl, _ in inadmissible] + held
         pending_lq: dict[Key, int] = {}
         for wl in waiting:
             pending_lq[self._queue_of(wl)] = pending_lq.get(self._queue_of(wl), 0) + 1
@@ -1100,8 +1259,12 @@ class CoreKueue(Controller):
         for _, wl in sorted(state.workloads.items()):
             if self._holds_quota(wl):
                 wait = await self._lifecycle(state, wl)
-                if wait is not None:
-                    due.append(wait)
+            elif not is_true(wl, "Finished"):
+                wait = await self._sync_requeued(state, wl)
+            else:
+                wait = None
+            if wait is not None:
+                due.append(wait)
         state = self._read()
         await self._schedule_pending(state)
         await self._queue_statuses(self._read())
