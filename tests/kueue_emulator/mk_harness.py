@@ -7,6 +7,18 @@ ClusterQueue and LocalQueue that use it. Until the Kueue core runs in these test
 reservation on the manager and admission on the workers are faked exactly as upstream's
 ``util.SetQuotaReservation`` does: the test writes ``QuotaReserved``/``status.admission`` (and the
 check ``Pending``) itself, as ``kueue-admission`` with the full admission-status body (C42).
+
+As on a real manager, Kueue's workload webhook rule on ``clusterName`` (C18:
+``kueue_cluster_name_webhook``, only a cluster of the *old* nomination may be set) is always on,
+and every Workload :meth:`Env.create_workload` makes belongs to a job, as the batch/Job
+integration would make it: a suspended ``batch/v1`` Job managed by MultiKueue
+(``spec.managedBy: kueue.x-k8s.io/multikueue``) is created first and owns the Workload
+(``ownerReferences``, ``controller: true``). Kueue rejects Workloads without such an owner (C22).
+Tests that run the Kueue core and evict also run the Job adapter (``jobs=True``): Kueue gives an
+evicted Job's Workload its quota back from the Job reconciler (issue 14 item 6).
+
+The harness shortens Kueue's remote-event batch period to 5 ms (``batch_period_seconds``, C20)
+so that tests run fast; the worker clients keep Kueue's own rate limit (C10).
 """
 
 from __future__ import annotations
@@ -16,6 +28,7 @@ import contextlib
 import copy
 import datetime
 import functools
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +37,10 @@ import anyio
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from dispatcher.sandbox.fakeapi.admission import kueue_clear_nominated_cluster_names_hook
+from dispatcher.sandbox.fakeapi.admission import (
+    kueue_clear_nominated_cluster_names_hook,
+    kueue_cluster_name_webhook,
+)
 from dispatcher.sandbox.fakeapi.kubeconfig import dump
 from dispatcher.sandbox.fakeapi.registry import Resource, resource_from_crd
 from dispatcher.sandbox.fakeapi.server import FakeCluster, load_crd_documents
@@ -114,8 +130,57 @@ def check_state(obj: Obj | None, name: str = CHECK) -> Obj | None:
     return None
 
 
-def workload_body(name: str, *, cpu: str = "1", owners: list[Obj] | None = None) -> Obj:
-    """A v1beta2 Workload in the test namespace, queued to the manager LocalQueue."""
+JOB_MANAGED_BY = "kueue.x-k8s.io/multikueue"
+QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+PREBUILT_WORKLOAD_LABEL = "kueue.x-k8s.io/prebuilt-workload-name"
+
+
+def job_body(name: str, *, cpu: str = "1", managed_by: str | None = JOB_MANAGED_BY) -> Obj:
+    """The suspended manager Job a harness Workload belongs to (C22: managed by MultiKueue).
+
+    The harness makes the Workload itself, so the Job names it as its prebuilt Workload
+    (``kueue.x-k8s.io/prebuilt-workload-name``): a Job adapter running on the manager
+    (``jobs=True``) adopts it, as Kueue's Job integration does, instead of making a second one;
+    the pod template matches the Workload's pod set."""
+    labels = {"app": name, QUEUE_NAME_LABEL: LQ, PREBUILT_WORKLOAD_LABEL: name}
+    spec: Obj = {"suspend": True}
+    if managed_by is not None:
+        spec["managedBy"] = managed_by
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": NS, "labels": labels},
+        "spec": {
+            **spec,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": cpu}}}
+                    ],
+                }
+            },
+        },
+    }
+
+
+def job_owner(job: Obj) -> Obj:
+    """The owner reference the batch/Job integration puts on a Job's Workload."""
+    meta = job["metadata"]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def workload_body(
+    name: str, *, cpu: str = "1", owners: list[Obj] | None = None, priority: int | None = None
+) -> Obj:
+    """A v1beta2 Workload in the test namespace, queued to the LocalQueue ``lq``."""
     body: Obj = {
         "apiVersion": f"{KUEUE}/{V1BETA2}",
         "kind": "Workload",
@@ -144,6 +209,8 @@ def workload_body(name: str, *, cpu: str = "1", owners: list[Obj] | None = None)
     }
     if owners:
         body["metadata"]["ownerReferences"] = owners
+    if priority is not None:
+        body["spec"]["priority"] = priority
     return body
 
 
@@ -272,7 +339,7 @@ class Env:
         mk = self.controllers
 
         async def idle() -> bool:
-            return mk.workloads.idle.is_set() and not mk.workloads._keys
+            return mk.workloads.idle.is_set() and not mk.workloads.pending
 
         await eventually(idle, what="an idle workload controller")
 
@@ -313,10 +380,33 @@ class Env:
         found: Obj = await self.objects().get_cluster_custom_object(KUEUE, V1BETA2, plural, name)
         return found
 
-    async def create_workload(self, name: str, **options: Any) -> Obj:
-        """Create a Workload on the manager."""
-        created: Obj = await self.objects().create_namespaced_custom_object(
-            KUEUE, V1BETA2, NS, "workloads", workload_body(name, **options)
+    async def create_job(self, name: str, *, cpu: str = "1", cluster: str | None = None) -> Obj:
+        """Create a suspended Job (see :func:`job_body`): on the manager managed by MultiKueue,
+        on a worker (``cluster``) a local Job of that worker."""
+        api = self.api if cluster is None else self.worker_apis[cluster]
+        body = job_body(name, cpu=cpu, managed_by=JOB_MANAGED_BY if cluster is None else None)
+        created = await client.BatchV1Api(api).create_namespaced_job(
+            NS, body, _preload_content=False
+        )
+        job: Obj = json.loads(await created.read())
+        return job
+
+    async def create_workload(
+        self,
+        name: str,
+        *,
+        cpu: str = "1",
+        owners: list[Obj] | None = None,
+        priority: int | None = None,
+        cluster: str | None = None,
+    ) -> Obj:
+        """Create a Workload on the manager (or on a worker, ``cluster``), owned by a new Job of
+        the same name (C22) unless ``owners`` says otherwise."""
+        if owners is None:
+            owners = [job_owner(await self.create_job(name, cpu=cpu, cluster=cluster))]
+        body = workload_body(name, cpu=cpu, owners=owners, priority=priority)
+        created: Obj = await self.objects(cluster).create_namespaced_custom_object(
+            KUEUE, V1BETA2, NS, "workloads", body
         )
         return created
 
@@ -647,6 +737,7 @@ async def start_env(
     fakes = {name: new_cluster(name) for name in workers}
     if policy_hook:
         manager.admission.add_mutating(kueue_clear_nominated_cluster_names_hook())
+    manager.admission.add_validating(kueue_cluster_name_webhook())  # C18, as on every manager
     started: list[FakeCluster] = []
     apis: list[client.ApiClient] = []
     env: Env | None = None
@@ -660,11 +751,9 @@ async def start_env(
         for name, fake in fakes.items():
             worker_apis[name] = await config.new_client_from_config_dict(fake.kubeconfig)
             apis.append(worker_apis[name])
+        settings.setdefault("batch_period_seconds", 0.005)  # C20: Kueue's is 1 s
         kueue_config = KueueConfig(
-            dispatcher_name=dispatcher_name,
-            merge_patch_gate=merge_patch_gate,
-            batch_period_seconds=0.005,
-            **settings,
+            dispatcher_name=dispatcher_name, merge_patch_gate=merge_patch_gate, **settings
         )
         env = Env(
             manager,

@@ -225,9 +225,10 @@ def admitted_status(flavor: str = "h100", count: int = 2) -> Obj:
     }
 
 
-def get_cond(obj: Obj | None, kind: str) -> Obj | None:
+def get_cond(obj: Obj | None, kind: str, status: str | None = None) -> Obj | None:
+    """The condition ``kind`` (with that ``status``, if given)."""
     for item in ((obj or {}).get("status") or {}).get("conditions") or []:
-        if item.get("type") == kind:
+        if item.get("type") == kind and (status is None or item.get("status") == status):
             found: Obj = item
             return found
     return None
@@ -283,6 +284,27 @@ class Api:
     async def write_workload_status(self, name: str, status: Obj) -> None:
         await self.custom.patch_namespaced_custom_object_status(
             KUEUE, V1BETA2, NS, "workloads", name, {"status": status}, _content_type=MERGE
+        )
+
+    async def apply_workload_status(self, name: str, status: Obj) -> None:
+        """Write a Workload's admission status as Kueue does: server-side apply as
+        ``kueue-admission`` with force (C42), so that Kueue's later applies own these fields."""
+        body = {
+            "apiVersion": f"{KUEUE}/{V1BETA2}",
+            "kind": "Workload",
+            "metadata": {"name": name, "namespace": NS},
+            "status": status,
+        }
+        await self.custom.patch_namespaced_custom_object_status(
+            KUEUE,
+            V1BETA2,
+            NS,
+            "workloads",
+            name,
+            body,
+            field_manager="kueue-admission",
+            force=True,
+            _content_type="application/apply-patch+yaml",
         )
 
     async def flavor(self, name: str, labels: dict[str, str]) -> None:
@@ -593,7 +615,9 @@ async def test_c28_s55_sync_remote_job_creates_the_worker_job_and_mirrors_its_st
         assert remote["spec"]["suspend"] is True  # copied while the manager Job is suspended
         assert workload_key_for(remote) == (NS, name)  # remote Job events map to the Workload
 
-        # While the manager Job is suspended, status is not mirrored (upstream skips).
+        # While the manager Job is suspended and the worker's runs, status is not mirrored
+        # (upstream defers the sync; both suspended would be mirrored, determineStatusUpdate).
+        await wrk.batch.patch_namespaced_job("sim", NS, {"spec": {"suspend": False}})
         running_status = {"active": 2, "startTime": "2026-01-01T00:00:00Z"}
         await wrk.batch.patch_namespaced_job_status(
             "sim", NS, {"status": running_status}, _content_type=MERGE
@@ -756,3 +780,115 @@ async def test_s18_s55_job_on_the_manager_runs_on_a_worker_end_to_end(tmp_path: 
                 adapter.cancel_timers()
             for conn in conns:
                 await conn.close()
+
+
+# --- issue 14 item 6: quota comes back only when the Job has no active pods ---------------------
+
+
+def evicted_status(reason: str = "Preempted", flavor: str = "h100") -> Obj:
+    """An evicted Workload that still holds its quota, as the core leaves it (C13, C37)."""
+    status = admitted_status(flavor=flavor)
+    evicted = condition("Evicted", reason=reason)
+    evicted["message"] = "Preempted to accommodate a workload"
+    status["conditions"].append(evicted)
+    return status
+
+
+async def test_item6_worker_releases_quota_after_the_job_controller_zeroes_active(
+    worker: FakeCluster,
+) -> None:
+    """issue14-6, C13, C37: on eviction the Job reconciler suspends the Job; the Job
+    controller (stand-in) removes its pods (``active: 0``); only then is ``QuotaReserved``
+    cleared (``pkg/controller/jobframework/reconciler.go``: ``stopJob``, then
+    ``UnsetQuotaReservationWithCondition`` once ``!job.IsActive()``)."""
+    async with running(worker, "worker"), api_for(worker) as raw:
+        api = Api(raw)
+        await api.flavor("h100", {GPU_LABEL: H100})
+        await api.create_workload(prebuilt_workload("wl-run"))
+        await api.create_job(
+            job_body("run", managed_by=None, labels={PREBUILT_WORKLOAD_LABEL: "wl-run"})
+        )
+        await api.apply_workload_status("wl-run", admitted_status())
+
+        async def active() -> Obj | None:
+            job = await api.job("run")
+            return job if job and (job.get("status") or {}).get("active") else None
+
+        await eventually(active, "the Job to run")
+        await api.apply_workload_status("wl-run", evicted_status())
+
+        async def released() -> Obj | None:
+            wl = await api.workload("wl-run")
+            return wl if get_cond(wl, "QuotaReserved", "False") else None
+
+        wl = await eventually(released, "the quota to be released")
+        job = await api.job("run") or {}
+        assert job["spec"]["suspend"] is True
+        assert not job["status"].get("active")
+        # Writes in the order of the single resourceVersion counter of the cluster.
+        assert int(job["metadata"]["resourceVersion"]) < int(wl["metadata"]["resourceVersion"])
+        status = wl["status"]
+        assert "admission" not in status
+        assert (get_cond(wl, "QuotaReserved") or {})["reason"] == "Pending"
+        assert (get_cond(wl, "QuotaReserved") or {})["message"] == (
+            "Preempted to accommodate a workload"
+        )
+        assert (get_cond(wl, "Requeued") or {})["status"] == "True"
+        assert (get_cond(wl, "Admitted") or {})["reason"] == "NoReservation"
+        assert (get_cond(wl, "Evicted") or {})["status"] == "True"  # reset on re-reservation
+
+
+async def test_item6_manager_keeps_quota_while_the_mirrored_job_is_active(
+    manager: FakeCluster,
+) -> None:
+    """issue14-6: on the manager the Job never runs (``managedBy: kueue.x-k8s.io/multikueue``);
+    its ``status.active`` is MultiKueue's copy of the worker's. The evicted Workload keeps its
+    quota until that copy says no pod is active."""
+    async with running(manager, "manager"), api_for(manager) as raw:
+        api = Api(raw)
+        created = await api.create_job(job_body("mk", parallelism=1))
+        name = workload_name_for_job("mk", created["metadata"]["uid"])
+        await eventually(lambda: api.workload(name), "the manager Workload")
+        await api.apply_workload_status(name, admitted_status(flavor="default", count=1))
+
+        async def unsuspended() -> Obj | None:
+            job = await api.job("mk")
+            return job if job and not job["spec"]["suspend"] else None
+
+        await eventually(unsuspended, "the manager Job to be unsuspended")
+        mirrored = {"active": 1, "ready": 1, "startTime": "2026-01-01T00:00:00Z"}
+        await api.batch.patch_namespaced_job_status(
+            "mk", NS, {"status": mirrored}, _content_type=MERGE
+        )
+        await api.apply_workload_status(
+            name, evicted_status(reason="AdmissionCheck", flavor="default")
+        )
+
+        async def suspended() -> Obj | None:
+            job = await api.job("mk")
+            return job if job and job["spec"]["suspend"] else None
+
+        stopped = await eventually(suspended, "the manager Job to be suspended")
+        assert "startTime" not in stopped["status"]  # Job.Stop resets it
+        assert stopped["status"]["active"] == 1  # nobody runs pods here: still the copy
+        # A pass that sees the next Job also saw the suspended one (one Job informer, in
+        # order); a release would have been written before the next Job's Workload.
+        probe = await api.create_job(job_body("probe", parallelism=1))
+        probe_name = workload_name_for_job("probe", probe["metadata"]["uid"])
+        await eventually(lambda: api.workload(probe_name), "the probe's Workload")
+        held = await api.workload(name) or {}
+        assert (get_cond(held, "QuotaReserved") or {})["status"] == "True"
+        assert held["status"]["admission"]["clusterQueue"] == "cq"
+
+        # MultiKueue copies the worker's status once both Jobs are suspended: no pod left.
+        await api.batch.patch_namespaced_job_status(
+            "mk", NS, {"status": {"active": 0, "ready": 0}}, _content_type=MERGE
+        )
+
+        async def released() -> Obj | None:
+            wl = await api.workload(name)
+            return wl if get_cond(wl, "QuotaReserved", "False") else None
+
+        wl = await eventually(released, "the manager quota to be released")
+        requeued = get_cond(wl, "Requeued") or {}
+        assert (requeued["status"], requeued["reason"]) == ("False", "AdmissionCheck")

@@ -63,22 +63,27 @@ async def test_c56_all_at_once_copies_everywhere_first_admission_wins() -> None:
         assert env.controllers.counters.get(DISPATCHED_TOTAL) == 3
 
 
-async def test_c56_earliest_admission_wins_when_several_are_admitted() -> None:
-    async with start_env(workers=("worker1", "worker2"), dispatcher_name=ALL_AT_ONCE) as env:
+async def test_c56_c20_earliest_admission_wins_when_several_are_admitted() -> None:
+    """C56 with C20: two copies admitted within Kueue's 1 s batch period reach one reconcile,
+    and the copy with the earlier ``Admitted`` transition wins (``bestMatchByCondition``)."""
+    async with start_env(
+        workers=("worker1", "worker2"), dispatcher_name=ALL_AT_ONCE, batch_period_seconds=1.0
+    ) as env:
         await env.create_workload("wl")
         await env.reserve_quota("wl")
         await env.wait_copies("wl", ["worker1", "worker2"])
-        await env.stop_controllers()
+        await env.settle()
         await env.worker_admit("worker1", "wl", at=20)
         await env.worker_admit("worker2", "wl", at=10)  # admitted earlier
-        await env.start_controllers()
         await env.wait_workload(
             "wl", lambda o: (o.get("status") or {}).get("clusterName") == "worker2"
         )
         await env.wait_copies("wl", ["worker2"])
 
 
-async def test_s63_only_connected_clusters_nominated() -> None:
+async def test_s63_c20_only_connected_clusters_nominated() -> None:
+    """S63 (C56): AllAtOnce nominates the connected clusters only; a cluster that connects
+    later is added the next time the Workload is reconciled (C20: not on its connection)."""
     async with start_env(
         workers=("worker1", "worker2", "worker3"), dispatcher_name=ALL_AT_ONCE
     ) as env:
@@ -88,7 +93,22 @@ async def test_s63_only_connected_clusters_nominated() -> None:
         await env.reserve_quota("wl")
         await _wait_nominated(env, "wl", ["worker1", "worker3"])
         await env.wait_copies("wl", ["worker1", "worker3"])
-        await env.workers["worker2"].up()  # C56: a cluster joining recomputes the nomination
+        await env.workers["worker2"].up()
+        await env.wait_condition("multikueueclusters", "worker2", "True", "Active")
+        # C20: Kueue's workload reconciler does not watch MultiKueueClusters, and worker2 holds
+        # no copy whose watch event would queue the Workload: the nomination stays as it is ...
+        await env.settle()
+        assert _nominated(await env.get("wl") or {}) == ["worker1", "worker3"]
+        # ... until the Workload is reconciled for another reason (here: a label change).
+        await env.objects().patch_namespaced_custom_object(
+            "kueue.x-k8s.io",
+            "v1beta2",
+            "team-a",
+            "workloads",
+            "wl",
+            {"metadata": {"labels": {"touched": "yes"}}},
+            _content_type="application/merge-patch+json",
+        )
         await _wait_nominated(env, "wl", ["worker1", "worker2", "worker3"])
         await env.wait_copies("wl", ["worker1", "worker2", "worker3"])
 

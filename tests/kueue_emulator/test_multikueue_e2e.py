@@ -70,25 +70,16 @@ async def test_s5_e2e_external_dispatch_admit_run_finish() -> None:
 
 async def test_s6_c38_e2e_worker_preemption_reopens_dispatch() -> None:
     """A higher-priority local workload preempts the copy on worker1 (C26, C37, C38)."""
-    async with start_env(core=True, policy_hook=True, worker_cpu={"worker1": "1"}) as env:
+    async with start_env(
+        core=True, jobs=True, policy_hook=True, worker_cpu={"worker1": "1"}
+    ) as env:
         await _submit(env, "wl")
         await env.wait_workload("wl", _check("Pending"))
         await env.nominate("wl", ["worker1"])
         await env.wait_workload("wl", _true("Admitted"))
         assert (await env.get("wl"))["status"]["clusterName"] == "worker1"  # type: ignore[index]
-        urgent = {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "Workload",
-            "metadata": {"name": "urgent", "namespace": NS},
-            "spec": {
-                "queueName": "lq",
-                "priority": 1000,
-                "podSets": (await env.get("wl"))["spec"]["podSets"],  # type: ignore[index]
-            },
-        }
-        await env.objects("worker1").create_namespaced_custom_object(
-            "kueue.x-k8s.io", "v1beta2", NS, "workloads", urgent
-        )
+        # A local Job of worker1's own (with its Workload, priority 1000) takes the cpu.
+        await env.create_workload("urgent", priority=1000, cluster="worker1")
         # worker1 evicts the copy; MultiKueue sets Retry; the manager core evicts, resets both
         # fields and the checks, requeues and reserves again (C37, C38).
         evicted = await env.wait_workload("wl", _true("Evicted"))
@@ -255,25 +246,19 @@ async def test_c39_e2e_rejected_check_resets_and_deletes_copies() -> None:
 
 
 async def test_c37_e2e_preemption_on_the_manager_requeues_and_cleans_up() -> None:
-    """A higher-priority Workload preempts on the manager (S22): the copy goes, no re-admission."""
-    async with start_env(core=True, policy_hook=True, manager_cpu="1") as env:
+    """A higher-priority Workload preempts on the manager (S22): the copy goes, no re-admission.
+
+    The worker deactivates its copy in two writes (``spec.active=false``, then the eviction);
+    with Kueue's 1 s batch period (C20) MultiKueue sees both at once and syncs the evicted
+    Job's status (C26) instead of taking the first write for spec drift (C27)."""
+    async with start_env(
+        core=True, jobs=True, policy_hook=True, manager_cpu="1", batch_period_seconds=1.0
+    ) as env:
         await _submit(env, "wl")
         await env.wait_workload("wl", _check("Pending"))
         await env.nominate("wl", ["worker1"])
         await env.wait_workload("wl", _true("Admitted"))
-        vip = {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "Workload",
-            "metadata": {"name": "vip", "namespace": NS},
-            "spec": {
-                "queueName": "lq",
-                "priority": 1000,
-                "podSets": (await env.get("wl"))["spec"]["podSets"],  # type: ignore[index]
-            },
-        }
-        await env.objects().create_namespaced_custom_object(
-            "kueue.x-k8s.io", "v1beta2", NS, "workloads", vip
-        )
+        await env.create_workload("vip", priority=1000)  # a Job's Workload, priority 1000
         local = await env.wait_workload(
             "wl", lambda o: _true("Evicted")(o) and not _true("QuotaReserved")(o)
         )
@@ -294,3 +279,57 @@ async def test_c37_e2e_preemption_on_the_manager_requeues_and_cleans_up() -> Non
         ]
         assert len(admitted) == 1
         assert env.controllers.counters.get(ADMITTED_TOTAL) == 2
+
+
+FOREIGN_JOB_REFUSED = (
+    'remote object is not owned by MultiKueue: expected "kueue.x-k8s.io/multikueue-origin"='
+    '"multikueue" on *v1.PartialObjectMetadata "team-a/wl"'
+)
+
+
+async def test_c33_a_same_named_job_without_our_origin_keeps_the_admission_stuck() -> None:
+    """C33, issue 14 item 11: worker1 already has a Job named like the manager's, without this
+    manager's origin label. Kueue's workload reconciler checks the remote Job's ownership before
+    it syncs the Job and records the admission (``ValidateRemoteObjectOwnership``); the check
+    fails, the reconcile is retried with backoff, and the admission never lands while that Job
+    is there. The foreign Job is not touched; once it is gone, Kueue creates its own and admits."""
+    async with start_env(core=True, jobs=True, policy_hook=True) as env:
+        foreign = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "wl", "namespace": NS, "labels": {"owner": "someone-else"}},
+            "spec": {
+                "suspend": True,
+                "template": {
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [{"name": "c", "image": "busybox"}],
+                    }
+                },
+            },
+        }
+        await client.BatchV1Api(env.worker_apis["worker1"]).create_namespaced_job(NS, foreign)
+        await _submit(env, "wl")
+        await env.wait_workload("wl", _check("Pending"))
+        await env.nominate("wl", ["worker1"])
+        await env.wait_workload("wl", _true("Admitted"), "worker1")  # the copy is admitted
+        workloads = env.controllers.workloads
+
+        async def refused_again() -> bool:
+            return sum(FOREIGN_JOB_REFUSED in e for e in workloads.ownership_errors) >= 3
+
+        await eventually(refused_again, what="the foreign Job refused three times")
+        local = await env.get("wl")
+        assert local is not None
+        assert "clusterName" not in local["status"]
+        assert (check_state(local) or {})["state"] == "Pending"
+        assert not _true("Admitted")(local)
+        remote_job = await _read_job(env, "wl", "worker1")
+        assert remote_job is not None
+        assert remote_job["metadata"]["labels"] == {"owner": "someone-else"}  # untouched
+        assert env.controllers.counters.get(ADMITTED_TOTAL) == 0
+        await client.BatchV1Api(env.worker_apis["worker1"]).delete_namespaced_job("wl", NS)
+        await env.wait_workload("wl", lambda o: _on("worker1")(o) and _true("Admitted")(o))
+        ours = await _read_job(env, "wl", "worker1")
+        assert ours is not None
+        assert ours["metadata"]["labels"]["kueue.x-k8s.io/multikueue-origin"] == "multikueue"

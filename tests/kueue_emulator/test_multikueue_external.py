@@ -118,16 +118,45 @@ async def test_s5_admission_sets_cluster_name_and_clears_nomination() -> None:
         assert counters.get(DISPATCHED_TOTAL) == 2
 
 
-async def test_c28_admitted_cluster_wins_even_when_just_denominated() -> None:
-    """C28 runs before nomination sync: an admitted copy wins over a fresh re-nomination."""
+WEBHOOK_DENIAL = (
+    'admission webhook "vworkload.kb.io" denied the request: status.clusterName: Invalid value: '
+    '"worker1": when setting clusterName it must be one of the nominatedClusterNames'
+)
+
+
+async def test_c18_c28_a_denominated_cluster_that_admitted_cannot_win() -> None:
+    """C28 runs before the nomination sync, but C18 has the last word: a copy admitted on a
+    cluster that is no longer nominated does not win. Kueue deletes the other copies and tries
+    to set ``clusterName`` to the admitting cluster; its webhook refuses (403: the value is not
+    in the old nomination), the reconcile fails and is retried with backoff, and nothing moves
+    until the nomination names the admitting cluster again (Kueue's ``reconcileGroup`` step 6b
+    and ``validateClusterNameUpdate``)."""
     async with start_env(policy_hook=True) as env:
+        env.manager.rejections_expected = True  # the webhook's refusal is provoked on purpose
         await _reserved_and_nominated(env, "wl", ["worker1", "worker2"])
         await env.stop_controllers()
         await env.worker_admit("worker1", "wl")
         await env.nominate("wl", ["worker2"])
         await env.start_controllers()
-        await env.wait_workload("wl", _admitted_on("worker1"))
-        await env.wait_copies("wl", ["worker1"])
+        workloads = env.controllers.workloads
+
+        async def refused_again() -> bool:  # retried (with backoff), refused every time
+            denials = [e for e in workloads.status_write_errors if e.message == WEBHOOK_DENIAL]
+            return len(denials) >= 3 and all(e.code == 403 for e in denials)
+
+        await eventually(refused_again, what="the admission write refused by the webhook, thrice")
+        await env.wait_copies("wl", ["worker1"])  # the other copy goes, the admitted one stays
+        local = await env.get("wl")
+        assert local is not None
+        assert "clusterName" not in local["status"]
+        assert local["status"]["nominatedClusterNames"] == ["worker2"]
+        assert (check_state(local) or {})["state"] == "Pending"
+        assert env.controllers.counters.get(ADMITTED_TOTAL) == 0
+        # Once the nomination names the admitting cluster again, the same write goes through.
+        await env.nominate("wl", ["worker1"])
+        admitted = await env.wait_workload("wl", _admitted_on("worker1"))
+        assert not admitted["status"].get("nominatedClusterNames")
+        assert (check_state(admitted) or {})["state"] == "Ready"
 
 
 async def test_s12_manager_restart_is_idempotent() -> None:

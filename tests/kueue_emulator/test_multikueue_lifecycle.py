@@ -9,24 +9,29 @@ from dispatcher.sandbox.kueue.multikueue import ORIGIN_LABEL
 TIMEOUT = 60.0
 
 
-async def test_c29_worker_lost_sets_retry_after_timeout() -> None:
+LOST = 'Admitting remote lost, Previously: "Ready"'
+GONE = 'Admitting remote no longer exists, Previously: "Ready"'
+
+
+def _state(obj: dict | None) -> str:
+    return str((check_state(obj) or {}).get("state"))
+
+
+async def test_c29_worker_lost_waits_the_timeout_from_the_loss() -> None:
+    """C29 (Kueue's step 6a): an unreachable admitting worker is waited for
+    ``workerLostTimeout`` counted from when its connection was lost (not from when the check
+    became Ready), then the check is set to Retry, "Admitting remote lost"."""
     async with start_env(policy_hook=True, worker_lost_timeout_seconds=TIMEOUT) as env:
-        await env.create_workload("wl")
-        await env.reserve_quota("wl")
-        await env.nominate("wl", ["worker1"])
-        await env.wait_copies("wl", ["worker1"])
-        await env.worker_admit("worker1", "wl")
-        await env.wait_workload("wl", lambda o: (check_state(o) or {}).get("state") == "Ready")
+        await _admitted_on_worker1(env)
+        env.clock.advance(TIMEOUT / 2)  # Ready for a while before the worker goes away
         await env.workers["worker1"].down()
         await env.wait_condition("multikueueclusters", "worker1", "False", "ClientConnectionFailed")
+        env.clock.advance(TIMEOUT / 2)  # a full timeout since Ready, half of it since the loss
         await env.settle()
-        local = await env.get("wl")
-        assert (check_state(local) or {})["state"] == "Ready"  # tolerated for now
-        env.clock.advance(TIMEOUT)
-        local = await env.wait_workload(
-            "wl", lambda o: (check_state(o) or {}).get("state") == "Retry"
-        )
-        assert (check_state(local) or {})["message"] == "Reserving remote lost"
+        assert _state(await env.get("wl")) == "Ready"
+        env.clock.advance(TIMEOUT / 2)  # a full timeout since the loss
+        local = await env.wait_workload("wl", lambda o: _state(o) == "Retry")
+        assert (check_state(local) or {})["message"] == LOST
 
 
 async def test_s59_brief_disconnect_does_not_evict() -> None:
@@ -126,7 +131,9 @@ async def test_s60_manager_restart_while_worker_unreachable() -> None:
         await env.wait_workload("wl", lambda o: (check_state(o) or {}).get("state") == "Retry")
 
 
-async def test_s61_worker_loses_admission_redo_after_timeout() -> None:
+async def test_s61_c29_reachable_worker_losing_the_admission_retries_at_once() -> None:
+    """S61, C29: the admitting worker is reachable but its copy is no longer Admitted: Kueue
+    does not wait, it sets Retry at once, "Admitting remote no longer exists" (no clock moves)."""
     async with start_env(policy_hook=True, worker_lost_timeout_seconds=TIMEOUT) as env:
         await _admitted_on_worker1(env)
         await env.worker_condition(
@@ -135,16 +142,21 @@ async def test_s61_worker_loses_admission_redo_after_timeout() -> None:
             cond("QuotaReserved", False, "Pending"),
             cond("Admitted", False, "NoReservation"),
         )
-        await env.wait_workload(
-            "wl", lambda o: (get_cond(o, "Admitted") or {}).get("status") == "False", "worker1"
+        local = await env.wait_workload("wl", lambda o: _state(o) == "Retry")
+        assert (check_state(local) or {})["message"] == GONE
+        assert env.elapsed == 0
+
+
+async def test_c29_reachable_worker_whose_admitted_copy_was_deleted_retries_at_once() -> None:
+    """C29: the admitted copy itself is gone from a reachable worker: Retry at once."""
+    async with start_env(policy_hook=True, worker_lost_timeout_seconds=TIMEOUT) as env:
+        await _admitted_on_worker1(env)
+        await env.objects("worker1").delete_namespaced_custom_object(
+            "kueue.x-k8s.io", "v1beta2", NS, "workloads", "wl"
         )
-        await env.settle()
-        assert (check_state(await env.get("wl")) or {})["state"] == "Ready"
-        env.clock.advance(TIMEOUT)
-        local = await env.wait_workload(
-            "wl", lambda o: (check_state(o) or {}).get("state") == "Retry"
-        )
-        assert (check_state(local) or {})["message"] == "Reserving remote lost"
+        local = await env.wait_workload("wl", lambda o: _state(o) == "Retry")
+        assert (check_state(local) or {})["message"] == GONE
+        assert env.elapsed == 0
 
 
 async def test_c37_evicted_on_manager_deactivates_the_admitted_copy() -> None:
@@ -175,3 +187,19 @@ async def test_c37_evicted_on_manager_deactivates_the_admitted_copy() -> None:
         assert local is not None
         assert "clusterName" not in local["status"]  # not re-admitted
         assert (check_state(local) or {})["state"] == "Pending"
+
+
+async def test_c29_worker_whose_kubeconfig_breaks_is_lost_from_then() -> None:
+    """C29: a worker whose kubeconfig Secret becomes unusable loses its client; Kueue keeps the
+    remote marked disconnected since then (``disconnectCluster``), so the admission is retried
+    ``workerLostTimeout`` after the loss (not never, as for a deleted MultiKueueCluster)."""
+    async with start_env(policy_hook=True, worker_lost_timeout_seconds=TIMEOUT) as env:
+        await _admitted_on_worker1(env)
+        await env.put_secret("worker1-kubeconfig", {"kubeconfig": "not: [a kubeconfig"})
+        await env.wait_condition("multikueueclusters", "worker1", "False", "InsecureKubeConfig")
+        env.clock.advance(TIMEOUT / 2)
+        await env.settle()
+        assert _state(await env.get("wl")) == "Ready"
+        env.clock.advance(TIMEOUT / 2)
+        local = await env.wait_workload("wl", lambda o: _state(o) == "Retry")
+        assert (check_state(local) or {})["message"] == LOST

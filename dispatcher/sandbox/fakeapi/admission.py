@@ -210,19 +210,24 @@ def _validate_cluster_name(request: AdmissionRequest) -> None:
         return  # unset → unset, or a change (the CRD's CEL rule owns immutability, C17)
     nominated = old_status.get("nominatedClusterNames") or []
     if new_cluster not in nominated:
+        # controller-runtime turns the webhook's field error into a denial: 403 Forbidden, the
+        # field error's text after the webhook's name (measured on Kueue v0.19.2).
         raise Denied(
             f'admission webhook "vworkload.kb.io" denied the request: status.clusterName: '
             f'Invalid value: "{new_cluster}": when setting clusterName it must be one of the '
-            f"nominatedClusterNames {list(nominated)}"
+            "nominatedClusterNames",
+            code=403,
         )
 
 
 def kueue_cluster_name_webhook() -> ValidatingHook:
-    """Kueue's workload webhook rule C18 as a validating hook.
+    """Kueue's workload webhook rule C18 as a validating hook (``validateClusterNameUpdate`` in
+    ``pkg/webhooks/workload_webhook.go``).
 
     When ``status.clusterName`` goes from unset to a value, that value must be one of the
     **old** object's ``nominatedClusterNames`` (elastic-slice replacements, not emulated here,
-    are the upstream exception).
+    are the upstream exception). The rule runs after the mutating hooks (a policy that clears the
+    nomination in the same write does not help) and refuses with 403, as Kueue's webhook does.
     """
     return ValidatingHook(
         name=KUEUE_CLUSTER_NAME_WEBHOOK,

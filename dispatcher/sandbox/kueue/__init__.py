@@ -1,4 +1,4 @@
-"""An emulation of Kueue v0.19 on the fake clusters (``docs/kueue-multikueue-contract.md``), with
+"""An emulation of Kueue v0.19 on the fake clusters (``docs/kueue-contract.md``), with
 a v0.20 mode (``KueueConfig.version``, ``docs/kueue-versions.md``).
 
 Worker clusters run the core of Kueue (queues, quota reservation, admission, preemption); the

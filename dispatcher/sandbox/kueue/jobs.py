@@ -21,7 +21,10 @@ Job's status, since the fake clusters run no pods.
   Job is finished with reason ``OutOfSync`` (C25's exception).
 * When the Workload is ``Admitted`` the Job is unsuspended, with the node labels and
   tolerations of the assigned ResourceFlavors merged into the pod template (``RunWithPodSetsInfo``);
-  when it loses admission (eviction, C37) the Job is suspended again and the template restored.
+  when it loses admission (eviction, C37) the Job is suspended again and the template restored;
+  after an eviction the Workload's quota is given back (``QuotaReserved=False``) only once the
+  Job has no active pods (issue 14 item 6; on the manager ``status.active`` is the worker's,
+  copied by MultiKueue).
   This includes the manager's Job once its Workload is admitted (MultiKueue check ``Ready``), as
   upstream: its ``spec.managedBy`` keeps the Job controller away, so it never runs there, and
   MultiKueue only mirrors the worker's status onto an unsuspended manager Job.
@@ -37,11 +40,14 @@ managed by MultiKueue (``spec.managedBy: kueue.x-k8s.io/multikueue``, the manage
 run here: their status only comes from the worker (:meth:`JobAdapter.sync_remote_job`).
 
 **MultiKueue hooks** (manager, C28 step 2, C33, C25, C24): :meth:`JobAdapter.sync_remote_job`
-creates the Job on the winning worker (a copy of the manager Job with
+first checks that a Job of that name on the worker, if any, carries this manager's origin label
+(Kueue's ``ValidateRemoteObjectOwnership``: a foreign Job is refused and the Workload is not
+admitted), then creates the Job on the winning worker (a copy of the manager Job with
 ``kueue.x-k8s.io/prebuilt-workload-name`` and ``kueue.x-k8s.io/multikueue-origin``, without
 ``managedBy``, selector and controller-managed template labels), or, once it exists, mirrors its
-``status`` onto the manager Job (skipped while the manager Job is still suspended, as upstream).
-:meth:`JobAdapter.remove_remote_job` deletes it (``DeleteRemoteObject``).
+``status`` onto the manager Job (as ``determineStatusUpdate``: not while the manager Job is
+suspended and the remote one runs). :meth:`JobAdapter.remove_remote_job` deletes it, only if it
+carries the origin label (``DeleteRemoteObjectIfOwned``).
 
 Differences from upstream, on purpose:
 
@@ -78,6 +84,7 @@ from dispatcher.sandbox.kubeclient import (
     KubeError,
     Resource,
 )
+from dispatcher.sandbox.kueue.core import release_after_eviction
 from dispatcher.sandbox.kueue.runtime import (
     KUEUE_MANAGER,
     ORIGIN_LABEL,
@@ -88,9 +95,12 @@ from dispatcher.sandbox.kueue.runtime import (
     Controller,
     KueueConfig,
     Obj,
+    RemoteObjectNotOwned,
     condition,
+    get_metadata,
     is_true,
     timestamp,
+    write_admission_status,
 )
 
 log = logging.getLogger(__name__)
@@ -303,6 +313,11 @@ def _suspended(job: Mapping[str, Any]) -> bool:
     return bool(_job_spec(job).get("suspend"))
 
 
+def _job_active(job: Mapping[str, Any]) -> bool:
+    """Kueue's ``Job.IsActive``: the Job has active pods (``status.active != 0``)."""
+    return int((job.get("status") or {}).get("active") or 0) != 0
+
+
 def _runs_here(job: Mapping[str, Any]) -> bool:
     """Whether the built-in Job controller (and so "pods") acts on this Job on its cluster."""
     return _job_spec(job).get("managedBy") in (None, "", BUILTIN_JOB_CONTROLLER)
@@ -467,6 +482,9 @@ class JobAdapter(Controller):
         ):
             await self._finish_workload(wl, "OutOfSync", OUT_OF_SYNC_MESSAGE)
             return None
+        if is_true(wl, "Evicted"):
+            await self._evicted(job, wl)
+            return None
         if _workload_ready_to_run(wl):
             if _suspended(job):
                 await self._start_job(job, wl)
@@ -476,6 +494,31 @@ class JobAdapter(Controller):
             return None
         await self._job_controller(job)
         return None
+
+    async def _evicted(self, job: Obj, wl: Obj) -> None:
+        """The reconciler's eviction step (C13, C37; issue 14 item 6): stop the Job, then give
+        the Workload's quota back only once the Job has no active pods.
+
+        As ``pkg/controller/jobframework/reconciler.go`` does: ``stopJob`` first; the
+        reservation is cleared (:func:`.core.release_after_eviction`) only while the Workload
+        still holds it and ``IsActive()`` (``status.active != 0``) is false. On a worker the
+        Job controller stand-in zeroes ``active`` after the suspension; on the manager the
+        Job's status is MultiKueue's copy of the worker's, so the manager's quota comes back
+        only after the worker Job's pods are gone. One write per pass: the next change of the
+        Job or the Workload brings the next step.
+        """
+        if not _suspended(job):
+            await self._stop_job(job, wl)
+            return
+        if is_true(wl, "QuotaReserved") and not _job_active(job):
+            status = release_after_eviction(
+                copy.deepcopy(dict(wl.get("status") or {})),
+                self.clock,
+                observability=self.config.unadmitted_workloads_observability,
+            )
+            await write_admission_status(self.client, wl, status, self.config, strict=True)
+            return
+        await self._job_controller(job)
 
     # --- workloads -----------------------------------------------------------------------------
 
@@ -691,7 +734,8 @@ class JobAdapter(Controller):
         await self._patch_job_spec(job, spec)
 
     async def _stop_job(self, job: Obj, wl: Obj) -> None:
-        """``StopJob``: suspend and restore the template's node selector and tolerations."""
+        """``StopJob``: suspend, reset ``status.startTime`` and restore the template's node
+        selector and tolerations (Kueue's ``Job.Stop``; its three writes are two here)."""
         original: Obj = {}
         for pod_set in (wl.get("spec") or {}).get("podSets") or []:
             if pod_set.get("name") == DEFAULT_POD_SET:
@@ -705,6 +749,8 @@ class JobAdapter(Controller):
         if selector:
             template_spec["nodeSelector"] = selector
         await self._patch_job_spec(job, {"suspend": True, "template": {"spec": template_spec}})
+        if (job.get("status") or {}).get("startTime"):
+            await self._patch_job_status(job, {"startTime": None}, KUEUE_MANAGER)
 
     def _with_condition(
         self, job: Obj, kind: str, value: str, reason: str, message: str
@@ -818,20 +864,39 @@ class JobAdapter(Controller):
     async def sync_remote_job(
         self, worker_client: KubeClient, local_workload: Obj, cluster_name: str
     ) -> None:
-        """The MultiKueue Job adapter's ``SyncJob`` (C28 step 2, C33; C25 when finished).
+        """What Kueue's workload reconciler does with the Job adapter before it admits, finishes
+        or re-syncs an evicted Workload (C28 step 2, C33; C25, C26): the remote-ownership check,
+        then ``SyncJob``.
 
-        Creates the Job on the worker (see :func:`remote_job_for`) if it is not there; otherwise
-        copies its ``status`` onto the manager Job, unless the manager Job is still suspended.
+        * ``ValidateRemoteObjectOwnership`` (a metadata GET): a Job of the manager Job's name
+          already on the worker without this manager's ``kueue.x-k8s.io/multikueue-origin``
+          label (a user's own Job, another manager's) is not adopted:
+          :class:`~.runtime.RemoteObjectNotOwned` is raised, the reconcile fails and is retried
+          with backoff, so the Workload is never admitted while that Job is there (C33).
+        * Absent: the Job is created (see :func:`remote_job_for`).
+        * Present: its ``status`` is copied onto the manager Job (``determineStatusUpdate``)
+          when the manager Job is unsuspended, when both are suspended (an eviction: the
+          worker's ``active`` count reaches the manager), or when the remote Job finished;
+          while the manager Job is suspended and the remote one runs, the manager Job only gets
+          ``Suspended=True`` (reason ``MultiKueueAdapter``) once, as Kueue sets it for the
+          Kubernetes 1.36 Job validation.
+
         Workloads not owned by a Job are left alone.
         """
         ref = _controller_ref(local_workload)
         if ref is None or ref.get("kind") != JOB_KIND:
             return
         namespace = local_workload["metadata"]["namespace"]
-        local_job = await self.client.get(JOBS, ref.get("name", ""), namespace)
-        if local_job is None:
-            return
-        remote = await worker_client.get(JOBS, local_job["metadata"]["name"], namespace)
+        name = str(ref.get("name", ""))
+        existing = await get_metadata(worker_client, JOBS, name, namespace)
+        if existing is not None:
+            origin = ((existing.get("metadata") or {}).get("labels") or {}).get(ORIGIN_LABEL)
+            if origin != self.config.origin:
+                raise RemoteObjectNotOwned("Job", namespace, name, self.config.origin)
+        local_job = await self.client.get(JOBS, name, namespace)
+        if local_job is None:  # Kueue's SyncJob fails on the missing local Job: retried
+            raise KubeError(404, {"message": f'jobs.batch "{name}" not found'}, "GET", "jobs")
+        remote = await worker_client.get(JOBS, name, namespace)
         if remote is None:
             body = remote_job_for(local_job, local_workload["metadata"]["name"], self.config.origin)
             try:
@@ -839,22 +904,23 @@ class JobAdapter(Controller):
             except KubeError as error:
                 if error.status != 409:
                     raise
-            log.info(
-                "%s: created Job %s/%s on %s",
-                self.name,
-                namespace,
-                body["metadata"]["name"],
-                cluster_name,
-            )
+            log.info("%s: created Job %s/%s on %s", self.name, namespace, name, cluster_name)
             return
-        if _suspended(local_job):
-            if not _job_finished(remote)[0]:
-                return  # upstream: "Skipping the sync since the local job is still suspended"
+        finished = _job_finished(remote)[0]
+        if _suspended(local_job) and not _suspended(remote) and not finished:
+            if not is_true(local_job, "Suspended"):
+                conditions = self._with_condition(
+                    local_job, "Suspended", "True", "MultiKueueAdapter", "Set by MultiKueue adapter"
+                )
+                await self._patch_job_status(local_job, {"conditions": conditions}, KUEUE_MANAGER)
+            return  # upstream: the sync is deferred until the local Job is unsuspended
+        if _suspended(local_job) and finished:
             await self._patch_job_spec(local_job, {"suspend": False})
         await self._mirror_status(local_job, remote.get("status") or {})
 
     async def _mirror_status(self, local_job: Obj, remote_status: Obj) -> None:
-        """``localJob.Status = remoteJob.Status`` as one merge patch of ``/status``."""
+        """``localJob.Status = remoteJob.Status`` as one merge patch of ``/status`` (as
+        ``kueue``; keys the remote status lacks are removed); nothing when they are equal."""
         current = local_job.get("status") or {}
         if current == remote_status:
             return
@@ -863,21 +929,37 @@ class JobAdapter(Controller):
         await self._patch_job_status(local_job, patch, KUEUE_MANAGER)
 
     async def remove_remote_job(
-        self, worker_client: KubeClient, remote_workload: Obj, cluster_name: str
+        self, worker_client: KubeClient, workload: Obj, cluster_name: str
     ) -> None:
-        """``DeleteRemoteObject``: delete the worker's Job of a Workload copy (C24, C32, C41)."""
-        meta = remote_workload["metadata"]
-        listed = await worker_client.list(
-            JOBS,
-            meta["namespace"],
-            label_selector=f"{PREBUILT_WORKLOAD_LABEL}={meta['name']}",
-        )
-        for job in listed.get("items") or []:
-            await worker_client.delete(JOBS, job["metadata"]["name"], meta["namespace"])
+        """Kueue's ``DeleteRemoteObjectIfOwned`` (C24, C32, C41): the worker's Job named by
+        ``workload``'s controller owner (the manager Workload's Job, or, for the GC, the Job
+        that adopted the copy) is deleted, with background propagation, only if it carries this
+        manager's origin label; a foreign Job of that name is left alone."""
+        ref = _controller_ref(workload)
+        if ref is None or ref.get("kind") != JOB_KIND:
+            return
+        namespace = workload["metadata"]["namespace"]
+        name = str(ref.get("name", ""))
+        existing = await get_metadata(worker_client, JOBS, name, namespace)
+        if existing is None:
+            return
+        origin = ((existing.get("metadata") or {}).get("labels") or {}).get(ORIGIN_LABEL)
+        if origin != self.config.origin:
             log.info(
-                "%s: deleted Job %s/%s on %s",
+                "%s: not deleting Job %s/%s on %s: not created by this manager (origin %r)",
                 self.name,
-                meta["namespace"],
-                job["metadata"]["name"],
+                namespace,
+                name,
                 cluster_name,
+                origin,
             )
+            return
+        try:
+            await worker_client.request(
+                "DELETE", JOBS.path(namespace, name), query={"propagationPolicy": "Background"}
+            )
+        except KubeError as error:
+            if error.status != 404:
+                raise
+            return
+        log.info("%s: deleted Job %s/%s on %s", self.name, namespace, name, cluster_name)

@@ -26,23 +26,41 @@ connection::
     )
     await run_all(conn.run, core.run, jobs.run, mk.run)
 
-Every status write to a manager Workload goes through :func:`.runtime.write_admission_status`
-(server-side apply as ``kueue-admission`` with the whole admission body, or a merge patch under the
-C45 gate; strict, with the resourceVersion), so the field-manager pitfall of C43 reproduces
-exactly: the admission write is refused with 422 and retried, and the Workload stays unadmitted.
-Refused writes are kept in :attr:`WorkloadController.status_write_errors`.
+Every admission-status write to a manager Workload goes through
+:func:`.runtime.write_admission_status` (server-side apply as ``kueue-admission`` with the whole
+admission body; a merge patch of the change, as ``kueue``, only under the C45 gate; strict, with
+the resourceVersion), and check-state changes of ``updateACS`` apply the one check entry as
+``kueue.x-k8s.io/multikueue``. So the field-manager pitfall of C43 reproduces exactly: when another
+field manager owns ``nominatedClusterNames`` (by server-side apply or by a merge patch), the
+admission write is refused with 422 ("clusterName and nominatedClusterNames are mutually
+exclusive"), retried with backoff, and the Workload stays unadmitted. Refused writes are kept in
+:attr:`WorkloadController.status_write_errors`.
 
-Timers that Kueue runs on its clock (Incremental rounds, ``workerLostTimeout``, the GC period) use
-the injected clock; reconnect backoff and error retries use wall-clock time.
+Timing (C20): Kueue's work-queue behaviour is reproduced: manager events at once, remote and
+MultiKueueConfig events after the 1 s batch period, failed reconciles retried with
+controller-runtime's backoff (5 ms doubling to 1000 s), and every request to a worker rate-limited
+as Kueue's worker clients are (v0.19: 5 QPS / burst 10 per kind; v0.20: ``clientConnection``,
+1000/1000 per worker; ``KueueConfig.worker_client_qps``). Timers that Kueue runs on its clock
+(``RequeueAfter``: Incremental rounds, ``workerLostTimeout``, the GC period) use the injected
+clock; the batch period, retries, rate limits and reconnect backoff use wall-clock time.
 
 Differences from Kueue v0.19, on purpose:
 
-* Workloads without owners (prebuilt) are dispatched (upstream rejects them with "No multikueue
-  adapter found"), so tests can drive bare Workloads; owners other than ``batch/v1`` Jobs are
-  rejected as upstream does (C22), Jobs must have ``spec.managedBy: kueue.x-k8s.io/multikueue``.
+* Only the ``batch/v1`` Job adapter exists (C22): a Workload without an owner is rejected with
+  "No multikueue adapter found", another owner kind with "No multikueue adapter found for owner
+  kind ...", as upstream; Jobs must have ``spec.managedBy: kueue.x-k8s.io/multikueue`` (the
+  sandbox's Job webhook defaults it, :mod:`.job_webhook`). The ``kueue.x-k8s.io/job-owner-gvk``
+  annotations of multi-owner integrations (LeaderWorkerSet) are not read.
 * Remote copies are read from a per-cluster informer (label ``kueue.x-k8s.io/multikueue-origin``)
-  instead of a GET per reconcile; creates and deletes tolerate 409/404 from a stale cache.
-* The worker-lost wait (C29) runs from the check's ``lastTransitionTime``, as in v0.19.
+  instead of a GET per reconcile (the GET is still charged to the worker's rate limiter); creates
+  and deletes tolerate 409/404 from a stale cache.
+* Kueue's manager client is limited to ``clientConnection`` (300 QPS / burst 500 in v0.19); the
+  emulation's manager client is not limited.
+* Kueue re-sends the admission write (a no-op) and its "admitted" Event on every reconcile of an
+  admitted Workload; the emulation writes and records the Event once.
+* The emulated worker finishes a copy after its run time even before the copy's Job exists; such
+  a finish is not taken before the admission is recorded (with Kueue a copy of a Job's Workload
+  cannot finish before the Job that the admission creates, C33).
 * ``locationType: Path`` kubeconfigs are refused (``BadKubeConfig``): the sandbox has no pod.
 * Orchestrated preemption (C30) only in the v0.20 mode (``KueueConfig.version``), where the
   gate is on by default (``docs/kueue-versions.md``).
@@ -93,17 +111,23 @@ from dispatcher.sandbox.kueue.runtime import (
     MULTIKUEUE_PREEMPTION_GATE,
     ORIGIN_LABEL,
     PREBUILT_WORKLOAD_LABEL,
-    USER_AGENT,
     Clock,
     ClusterConnection,
     Controller,
     Counters,
     KueueConfig,
     Obj,
+    RateLimitedKubeClient,
+    RemoteObjectNotOwned,
+    RetryLimiter,
+    WorkerClientLimit,
     condition,
     is_true,
+    kind_of_path,
+    merge_patch_diff,
     parse_time,
     set_condition,
+    throttle,
     timestamp,
     write_admission_status,
 )
@@ -129,14 +153,33 @@ RECONNECT_MAX_STEPS = 7
 
 ERR_NO_REMOTE_CLIENT = "no remote client for nominated cluster"  # C32
 
-# Errors of one API call that a later pass retries (a worker may vanish mid-request).
-TRANSIENT = (KubeError, OSError, TimeoutError, aiohttp.ClientError)
+# C29 (Kueue's step 6a): the MultiKueue check is Ready, no copy is Admitted any more.
+ADMITTING_REMOTE_LOST = "Admitting remote lost"  # the admitting worker stayed unreachable
+ADMITTING_REMOTE_GONE = "Admitting remote no longer exists"  # reachable, no admitted copy
+READY_WITHOUT_CLUSTER = (
+    "Admission check is Ready but no admitting cluster is recorded; this is unexpected, please "
+    "report it"
+)
+# C25: a copy finished with reason OutOfSync (its Job did not match its prebuilt Workload).
+OUT_OF_SYNC_RESET = (
+    'Remote workload on worker cluster "{cluster}" is out of sync with its user job, resetting '
+    "for re-dispatch"
+)
+MAX_CONDITION_MESSAGE = 32768  # api.TruncateConditionMessage
+
+# Errors of one reconcile that Kueue returns, so that its work queue retries the key with
+# backoff (a worker may vanish mid-request, a write may be refused, a remote Job may belong to
+# someone else).
+TRANSIENT = (KubeError, OSError, TimeoutError, aiohttp.ClientError, RemoteObjectNotOwned)
+WORKLOADS_KIND = kind_of_path(WORKLOADS.path())  # the limiter of Kueue's per-reconcile GETs
 
 SyncRemoteJob = Callable[[KubeClient, Obj, str], Awaitable[None]]
 """``sync_remote_job(worker_client, local_workload, cluster_name)`` (C28 step 2, C33)."""
 
 RemoveRemoteJob = Callable[[KubeClient, Obj, str], Awaitable[None]]
-"""``remove_remote_job(worker_client, remote_workload, cluster_name)`` (C24, C32, C41)."""
+"""``remove_remote_job(worker_client, workload, cluster_name)`` (C24, C32, C41): delete the
+worker's Job named by ``workload``'s controller owner (the manager Workload, or for the GC the
+copy) if this manager owns it."""
 
 _DNS1123_SUBDOMAIN = re.compile(
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
@@ -154,12 +197,6 @@ def _job_terminal(job: Mapping[str, Any]) -> bool:
 def _key(obj: Mapping[str, Any]) -> Key:
     meta = obj.get("metadata") or {}
     return (meta.get("namespace", ""), meta.get("name", ""))
-
-
-def _since(clock: Clock, when: str | None) -> float:
-    """Seconds from an RFC 3339 time to now (0 when unknown)."""
-    parsed = parse_time(when)
-    return (clock.now() - parsed).total_seconds() if parsed else 0.0
 
 
 def _rv(obj: Mapping[str, Any] | None) -> int:
@@ -283,7 +320,13 @@ def validate_kubeconfig(text: str) -> Obj:
 
 
 class RemoteCluster:
-    """A connection to one worker: a client and an informer on its copies (origin label)."""
+    """A connection to one worker: a client and an informer on its copies (origin label).
+
+    The client is rate-limited as Kueue's worker clients are (``KueueConfig.worker_client_qps``,
+    C10). ``lost_since`` is when the connection was lost, on the injected clock (Kueue's
+    ``connectionState.disconnectedSince``, C29): the moment the remote was created until its
+    first connection, kept through failed reconnects, cleared once connected.
+    """
 
     def __init__(
         self,
@@ -294,11 +337,15 @@ class RemoteCluster:
         on_change: Callable[[str, str, Obj], None],
         *,
         reconnect_base_seconds: float,
+        limit: WorkerClientLimit,
+        clock: Clock,
     ) -> None:
         self.name = name
         self.source = source  # the kubeconfig text, to notice a rotation
-        self.client = KubeClient(kubeconfig, user_agent=USER_AGENT)
+        self.client: KubeClient = RateLimitedKubeClient(kubeconfig, limit)
         self._on_change = on_change
+        self._clock = clock
+        self.lost_since: datetime.datetime | None = clock.now()
 
         def ours(resource: Resource, on_change: Callable[[str, Obj], None]) -> Informer:
             """An informer of the objects this manager put on the worker (origin label)."""
@@ -333,9 +380,23 @@ class RemoteCluster:
     def _changed(self, kind: str, obj: Obj) -> None:
         if kind == "DISCONNECTED":
             self.failed_attempts += 1
+            if self.lost_since is None:
+                self.lost_since = self._clock.now()
         elif kind == "SYNCED":
             self.failed_attempts = 0
+            self.lost_since = None
         self._on_change(self.name, kind, obj)
+
+    def keys(self) -> set[Key]:
+        """The manager Workloads this remote holds a copy or a Job of (what a new watch of
+        Kueue's reports at once, as ADDED events)."""
+        keys = {_key(o) for o in self.workloads.values()}
+        for job in self.jobs.values():
+            meta = job.get("metadata") or {}
+            workload = (meta.get("labels") or {}).get(PREBUILT_WORKLOAD_LABEL)
+            if workload:
+                keys.add((str(meta.get("namespace", "")), str(workload)))
+        return keys
 
     @property
     def connected(self) -> bool:
@@ -445,6 +506,7 @@ class ClusterController(_Loop):
         super().__init__(config, clock)
         self.conn = conn
         self.remotes: dict[str, RemoteCluster] = {}
+        self._lost: dict[str, datetime.datetime] = {}  # clusters whose client is gone (C29)
         self._on_remote_change = on_remote_change
         self.reconnect_base_seconds = reconnect_base_seconds
 
@@ -452,6 +514,16 @@ class ClusterController(_Loop):
         """The remote of that MultiKueueCluster, if it is connected now."""
         remote = self.remotes.get(name)
         return remote if remote is not None and remote.connected else None
+
+    def lost_since(self, name: str) -> datetime.datetime:
+        """Since when the worker has been unreachable (Kueue's ``admittingWorkerLostSince``):
+        the recorded loss, or now when there is no remote (or it is connected)."""
+        remote = self.remotes.get(name)
+        if remote is not None and remote.lost_since is not None:
+            return remote.lost_since
+        if remote is None and name in self._lost:
+            return self._lost[name]
+        return self.clock.now()
 
     def _remote_changed(self, cluster: str, kind: str, obj: Obj) -> None:
         if kind in ("SYNCED", "DISCONNECTED"):
@@ -489,8 +561,17 @@ class ClusterController(_Loop):
         except (binascii.Error, UnicodeDecodeError) as error:
             raise KubeconfigError("BadKubeConfig", f"secret data: {error}") from error
 
-    async def _teardown(self, name: str) -> None:
+    async def _teardown(self, name: str, *, keep_loss: bool = False) -> None:
+        """Stop the remote of ``name``. ``keep_loss`` (its MultiKueueCluster still exists, only
+        its client goes): remember since when the worker has been unreachable, as Kueue keeps
+        the remote client marked disconnected (``disconnectCluster``, C29); a deleted cluster
+        forgets it (``stopAndRemoveCluster``)."""
         remote = self.remotes.pop(name, None)
+        if keep_loss:
+            lost = remote.lost_since if remote is not None else None
+            self._lost.setdefault(name, lost or self.clock.now())
+        else:
+            self._lost.pop(name, None)
         if remote is not None:
             await remote.stop()
             self._on_remote_change(name, "DISCONNECTED", {})
@@ -520,12 +601,12 @@ class ClusterController(_Loop):
                 text = self._load(mkc)
                 kubeconfig = validate_kubeconfig(text)
             except KubeconfigError as error:
-                await self._teardown(name)
+                await self._teardown(name, keep_loss=True)
                 await self._status(mkc, False, error.reason, f"load client config failed: {error}")
                 continue
             remote = self.remotes.get(name)
             if remote is None or remote.source != text:  # new, or the Secret was rotated
-                await self._teardown(name)
+                await self._teardown(name, keep_loss=True)
                 try:
                     remote = RemoteCluster(
                         name,
@@ -534,10 +615,13 @@ class ClusterController(_Loop):
                         self.config.origin,
                         self._remote_changed,
                         reconnect_base_seconds=self.reconnect_base_seconds,
+                        limit=self.config.worker_client_limit,
+                        clock=self.clock,
                     )
                 except (ValueError, KeyError, TypeError, ssl.SSLError, binascii.Error) as error:
                     await self._status(mkc, False, "ClientConnectionFailed", str(error))
                     continue
+                remote.lost_since = self._lost.pop(name, remote.lost_since)
                 self.remotes[name] = remote
                 remote.start()
             if remote.connected:
@@ -764,8 +848,14 @@ def _with_check(status: Mapping[str, Any], check: Obj) -> Obj:
 class WorkloadController(_Loop):
     """Kueue's ``multikueue_workload`` reconciler (C20–C33, C36–C41) and dispatchers (C56–C61).
 
-    A work queue of Workload keys: manager and remote events mark their key, configuration and
-    connectivity changes mark every key, and timers (the injected clock) mark one key.
+    A work queue of Workload keys fed as Kueue's is (C20, ``setupWithManager``): an event of the
+    manager Workload queues its key at once; an event of a remote cluster (a copy or a remote Job
+    changed, or a watch (re)started, which reports every copy) and a change of a
+    MultiKueueConfig's clusters queue the keys concerned after ``batch_period_seconds``
+    (wall-clock). MultiKueueClusters and AdmissionChecks are not watched, and losing a worker
+    queues nothing. A reconcile that fails is retried with the work queue's backoff
+    (:class:`~.runtime.RetryLimiter`: 5 ms doubling up to 1000 s, C32's "no remote client" among
+    others); one that asks for it is requeued on the injected clock (``RequeueAfter``).
     """
 
     name = "multikueue_workload"
@@ -787,18 +877,22 @@ class WorkloadController(_Loop):
         self.counters = counters if counters is not None else Counters()
         self.sync_remote_job = sync_remote_job
         self.remove_remote_job = remove_remote_job
-        # Refused status writes (C43) and nomination errors (C32), most recent last.
+        # Refused status writes (C43), nomination errors (C32) and remote Jobs Kueue refused to
+        # sync into (C33), most recent last.
         self.status_write_errors: collections.deque[StatusWriteError] = collections.deque(
             maxlen=200
         )
         self.nomination_errors: collections.deque[str] = collections.deque(maxlen=200)
+        self.ownership_errors: collections.deque[str] = collections.deque(maxlen=200)
+        self.retry = RetryLimiter()
         self._keys: set[Key] = set()
         self._all = True
         self._deleted: dict[Key, Obj] = {}
         self._written: dict[Key, Obj] = {}  # our last status write, until the cache catches up
         self._rounds: dict[Key, datetime.datetime] = {}  # C59: in-memory round starts
-        self._failures: dict[Key, int] = {}
         self._key_timers: dict[Key, tuple[datetime.datetime, asyncio.Task[None]]] = {}
+        self._wall_timers: dict[Key, tuple[float, asyncio.Task[None]]] = {}
+        self._config_clusters_seen: dict[str, list[str]] = {}
 
     # --- queue ---------------------------------------------------------------------------
 
@@ -808,12 +902,38 @@ class WorkloadController(_Loop):
         self.mark_dirty()
 
     def mark_all(self, *_: object) -> None:
-        """Reconcile every Workload soon (config, check or connectivity changes)."""
+        """Reconcile every Workload soon (the manager's Workload watch (re)listed)."""
         self._all = True
         self.mark_dirty()
 
+    def add_after(self, key: Key, seconds: float) -> None:
+        """Queue ``key`` after ``seconds`` of wall-clock time, as the work queue's ``AddAfter``:
+        an earlier pending add of the same key wins, so events within the period batch."""
+        if seconds <= 0:
+            self.mark_key(key)
+            return
+        loop = asyncio.get_running_loop()
+        due = loop.time() + seconds
+        pending = self._wall_timers.get(key)
+        if pending is not None and not pending[1].done():
+            if pending[0] <= due:
+                return
+            pending[1].cancel()
+
+        async def later() -> None:
+            await asyncio.sleep(seconds)
+            if self._wall_timers.get(key, (None, None))[1] is task:
+                del self._wall_timers[key]
+            self.mark_key(key)
+
+        task = loop.create_task(later())
+        self._wall_timers[key] = (due, task)
+        self._timers.add(task)
+        task.add_done_callback(self._timers.discard)
+
     def on_manager_change(self, resource: Resource, kind: str, obj: Obj) -> None:
-        """Listener for the manager connection."""
+        """Listener for the manager connection (``For(&Workload{})`` and the MultiKueueConfig
+        handler of ``setupWithManager``)."""
         if resource == WORKLOADS:
             if kind in ("SYNCED", "DISCONNECTED"):
                 self.mark_all()
@@ -823,15 +943,44 @@ class WorkloadController(_Loop):
                 self._deleted[key] = obj  # C41: remember it to delete its copies
                 self._rounds.pop(key, None)
             self.mark_key(key)
-        elif resource in (ADMISSION_CHECKS, MULTIKUEUE_CONFIGS, MULTIKUEUE_CLUSTERS):
-            self.mark_all()
+        elif resource == MULTIKUEUE_CONFIGS and kind not in ("SYNCED", "DISCONNECTED"):
+            self._config_changed(kind, obj)
+
+    def _config_changed(self, kind: str, obj: Obj) -> None:
+        """Kueue's ``configHandler``: a MultiKueueConfig whose ``spec.clusters`` changed, or
+        that was deleted, queues (after the batch period) the Workloads of the AdmissionChecks
+        that use it; a new config queues nothing."""
+        name = str((obj.get("metadata") or {}).get("name", ""))
+        clusters = list((obj.get("spec") or {}).get("clusters") or [])
+        seen = self._config_clusters_seen.get(name)
+        if kind == "DELETED":
+            self._config_clusters_seen.pop(name, None)
+        else:
+            self._config_clusters_seen[name] = clusters
+            if seen is None or seen == clusters:
+                return
+        checks = {
+            ac["metadata"]["name"]
+            for ac in self.conn.cache(ADMISSION_CHECKS).values()
+            if ((ac.get("spec") or {}).get("parameters") or {}).get("name") == name
+            and ((ac.get("spec") or {}).get("parameters") or {}).get("kind") == "MultiKueueConfig"
+        }
+        for wl in self.conn.cache(WORKLOADS).values():
+            entries = (wl.get("status") or {}).get("admissionChecks") or []
+            if any(entry.get("name") in checks for entry in entries):
+                self.add_after(_key(wl), self.config.batch_period_seconds)
 
     def on_remote_change(self, cluster: str, kind: str, obj: Obj) -> None:
-        """Listener for the remote informers (C20: events from remote clusters)."""
-        if kind in ("SYNCED", "DISCONNECTED"):
-            self.mark_all()
+        """Listener for the remote informers (C20: events from remote clusters, batched)."""
+        if kind == "DISCONNECTED":
+            return  # Kueue's workload reconciler hears nothing of a lost watch
+        if kind == "SYNCED":
+            remote = self.clusters.remotes.get(cluster)
+            keys = remote.keys() if remote is not None else set()
         else:
-            self.mark_key(_key(obj))
+            keys = {_key(obj)}
+        for key in keys:
+            self.add_after(key, self.config.batch_period_seconds)
 
     def _after(self, key: Key, seconds: float) -> None:
         """Reconcile ``key`` again after ``seconds`` of the injected clock (one timer per key)."""
@@ -852,6 +1001,11 @@ class WorkloadController(_Loop):
         self._key_timers[key] = (due, task)
         self._timers.add(task)
         task.add_done_callback(self._timers.discard)
+
+    @property
+    def pending(self) -> bool:
+        """Whether a key is queued or waiting for a batch period or a retry (wall clock)."""
+        return bool(self._keys) or any(not t.done() for _, t in self._wall_timers.values())
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -881,7 +1035,10 @@ class WorkloadController(_Loop):
             return None
         return list((cfg.get("spec") or {}).get("clusters") or [])
 
-    def _group(self, local: Obj, check: Obj, ac: Obj) -> _Group | None:
+    async def _group(self, local: Obj, check: Obj, ac: Obj) -> _Group | None:
+        """C23 (Kueue's ``readGroup``): the connected clusters of the config and the copy on
+        each. Kueue GETs each copy; the emulation reads its informer but charges the GET to
+        that worker's rate limiter (C10), so a reconcile costs what it costs upstream."""
         names = self._config_clusters(ac)
         if names is None:
             return None
@@ -891,7 +1048,10 @@ class WorkloadController(_Loop):
             if remote is not None:
                 remotes[name] = remote
         key = _key(local)
-        copies = {name: remote.copy_of(key) for name, remote in remotes.items()}
+        copies: dict[str, Obj | None] = {}
+        for name, remote in remotes.items():
+            await throttle(remote.client, WORKLOADS_KIND)
+            copies[name] = remote.copy_of(key)
         return _Group(local, check, names, remotes, copies)
 
     # --- writing ---------------------------------------------------------------------------
@@ -919,7 +1079,60 @@ class WorkloadController(_Loop):
             self._written[key] = written
         return True
 
-    async def _event(self, local: Obj, message: str) -> None:
+    async def _update_acs(self, local: Obj, check: Obj, state: str, message: str) -> None:
+        """Kueue's ``updateACS``: set the MultiKueue check's state and a message that ends with
+        the state it leaves (``..., Previously: "Ready"``), written as a server-side apply of
+        that one check entry by field manager ``kueue.x-k8s.io/multikueue`` (strict), or, under
+        the merge-patch gate, as a merge patch of the change."""
+        previous = str(check.get("state") or "")
+        text = f'{message}, Previously: "{previous}"'[:MAX_CONDITION_MESSAGE]
+        updated = _set_check(check, state, text, self.clock)
+        meta = local["metadata"]
+        key = _key(local)
+        try:
+            if self.config.merge_patch_gate:
+                status = _with_check(local.get("status") or {}, updated)
+                changes = merge_patch_diff(local.get("status") or {}, status)
+                written: Obj | None = await self.conn.client.merge_patch(
+                    WORKLOADS,
+                    meta["name"],
+                    {
+                        "metadata": {"resourceVersion": meta.get("resourceVersion")},
+                        "status": changes,
+                    },
+                    namespace=meta["namespace"],
+                    subresource="status",
+                    field_manager=KUEUE_MANAGER,
+                )
+            else:
+                written = await self.conn.client.apply(
+                    WORKLOADS,
+                    {
+                        "apiVersion": WORKLOADS.api_version,
+                        "kind": "Workload",
+                        "metadata": {
+                            "name": meta["name"],
+                            "namespace": meta["namespace"],
+                            "resourceVersion": meta.get("resourceVersion"),
+                        },
+                        "status": {"admissionChecks": [updated]},
+                    },
+                    subresource="status",
+                    field_manager=MULTIKUEUE_CONTROLLER,
+                    force=True,
+                )
+        except KubeError as error:
+            if error.status == 404:
+                return
+            if error.status != 409:
+                self.status_write_errors.append(
+                    StatusWriteError(key[0], key[1], error.status, error.message)
+                )
+            raise
+        if written is not None:
+            self._written[key] = written
+
+    async def _event(self, local: Obj, message: str, kind: str = "Normal") -> None:
         """A core/v1 Event with reason ``MultiKueue`` on the manager Workload (C51)."""
         meta = local["metadata"]
         now = timestamp(self.clock)
@@ -937,7 +1150,7 @@ class WorkloadController(_Loop):
             },
             "reason": EVENT_REASON,
             "message": message[:1024],
-            "type": "Normal",
+            "type": kind,
             "source": {"component": "kueue-admission"},
             "reportingComponent": "kueue-admission",
             "reportingInstance": "kueue-emulator",
@@ -953,18 +1166,27 @@ class WorkloadController(_Loop):
             )
 
     async def _remove_copy(self, group: _Group, cluster: str) -> None:
-        """Delete a remote copy (remote job first, then the finalizer, then the copy; C32)."""
+        """Kueue's ``RemoveRemoteObjects`` (C24, C32): the remote Job of the manager Workload's
+        owner first, if this manager owns it (also when the copy is already gone), then the
+        copy's finalizer, then the copy."""
         remote = group.remotes[cluster]
+        if self.remove_remote_job is not None:
+            await self.remove_remote_job(remote.client, group.local, remote.name)
         copy_ = group.copies.get(cluster)
         if copy_ is None:
             return
-        await self._remove_remote(remote, copy_)
+        await self._remove_workload(remote, copy_)
         group.copies[cluster] = None
 
     async def _remove_remote(self, remote: RemoteCluster, copy_: Obj) -> None:
-        meta = copy_["metadata"]
+        """The GC's removal of an orphaned copy (C41): the Job controlling the copy (if this
+        manager owns it), then the copy."""
         if self.remove_remote_job is not None:
             await self.remove_remote_job(remote.client, copy_, remote.name)
+        await self._remove_workload(remote, copy_)
+
+    async def _remove_workload(self, remote: RemoteCluster, copy_: Obj) -> None:
+        meta = copy_["metadata"]
         finalizers = meta.get("finalizers") or []
         if RESOURCE_IN_USE_FINALIZER in finalizers:
             try:
@@ -998,23 +1220,19 @@ class WorkloadController(_Loop):
         else:
             keys = set(self._keys)
         self._keys.clear()
-        retry: float | None = None
         for key in sorted(keys):
             try:
                 requeue = await self.reconcile_key(key)
-                self._failures.pop(key, None)
             except TRANSIENT as error:
-                failures = self._failures.get(key, 0) + 1
-                self._failures[key] = failures
+                # Kueue returns the error: the work queue retries the key with backoff (C32).
+                if isinstance(error, RemoteObjectNotOwned):
+                    self.ownership_errors.append(f"{key[0]}/{key[1]}: {error}")
                 log.info("%s: %s/%s: %s", self.name, key[0], key[1], error)
-                self._keys.add(key)
-                delay = min(0.05 * 2 ** (failures - 1), 2.0)
-                retry = delay if retry is None else min(retry, delay)
+                self.add_after(key, self.retry.when(key))
                 continue
+            self.retry.forget(key)
             if requeue is not None:
                 self._after(key, requeue)
-        if retry is not None:
-            self.retry_soon(retry)
         return None
 
     async def reconcile_key(self, key: Key) -> float | None:
@@ -1038,7 +1256,7 @@ class WorkloadController(_Loop):
                 )
                 await self._write_status(local, status)
                 return None
-        group = self._group(local, check, ac)  # C23
+        group = await self._group(local, check, ac)  # C23
         if group is None:  # no MultiKueueConfig: nothing to reach (the GC handles leftovers)
             if deleted:
                 self._deleted.pop(key, None)
@@ -1053,15 +1271,18 @@ class WorkloadController(_Loop):
         return await self._reconcile_group(group)
 
     async def _owner_rejection(self, local: Obj) -> str | None:
-        """C22: the rejection message for an unsupported or unmanaged owner, else None.
+        """C22: the rejection message for an owner no MultiKueue adapter serves, or one not
+        managed by Kueue; None when the Workload may be dispatched.
 
-        Prebuilt Workloads without owners are accepted (an emulation convenience; upstream
-        rejects them with "No multikueue adapter found"). ``batch/v1`` Jobs must be managed by
-        MultiKueue (``spec.managedBy``).
+        The owner is the controller owner reference, else the first owner reference (Kueue's
+        ``wlReconciler.adapter``); the only adapter emulated is ``batch/v1`` Job, which must have
+        ``spec.managedBy: kueue.x-k8s.io/multikueue``. A Workload without any owner (a bare,
+        prebuilt Workload no Job claimed) has no adapter and is rejected with
+        "No multikueue adapter found", as upstream; the core then deactivates it (C39).
         """
         owners = local["metadata"].get("ownerReferences") or []
         if not owners:
-            return None
+            return "No multikueue adapter found"
         owner = next((o for o in owners if o.get("controller")), owners[0])
         api_version, kind = owner.get("apiVersion", ""), owner.get("kind", "")
         if (api_version, kind) != ("batch/v1", "Job"):
@@ -1097,18 +1318,17 @@ class WorkloadController(_Loop):
             return None
         # C25: a remote copy finished -> copy back, finish locally (OutOfSync -> Retry).
         finished = self._best(group, "Finished")
+        if finished is not None and self._finished_before_its_job(group, finished[0]):
+            finished = None
         if finished is not None:
             cluster, cond = finished
             if cond.get("reason") == "OutOfSync":
-                if state != "Retry":
-                    message = (
-                        f'Workload finished OutOfSync on worker cluster "{cluster}": '
-                        f"{cond.get('message', '')}"
-                    )
-                    await self._write_status(
-                        local,
-                        _with_check(status, _set_check(group.check, "Retry", message, self.clock)),
-                    )
+                # A sync failure, not a completion: while the check is Ready, reset it to Retry
+                # (updateACS) with a Warning event; never finish the manager Workload.
+                if state == "Ready":
+                    message = OUT_OF_SYNC_RESET.format(cluster=cluster)
+                    await self._update_acs(local, group.check, "Retry", message)
+                    await self._event(local, f'{message}, Previously: "Ready"', "Warning")
                 return None
             remote_job = group.remotes[cluster].job_of(key)
             if remote_job is not None and not _job_terminal(remote_job):
@@ -1175,19 +1395,22 @@ class WorkloadController(_Loop):
         admitted = self._best(group, "Admitted")
         if admitted is not None:
             return await self._admitted(group, admitted[0])
-        # C29: Ready but no admitted copy visible -> worker lost after the timeout.
+        # C29 (Kueue's step 6a): Ready, but no copy is Admitted. An unreachable admitting worker
+        # is waited for workerLostTimeout from when its connection was lost; a reachable one
+        # without an admitted copy (deleted, evicted back to pending, drifted away above) is
+        # retried at once.
         if state == "Ready":
-            remaining = self.config.worker_lost_timeout_seconds - _since(
-                self.clock, group.check.get("lastTransitionTime")
-            )
-            if remaining > 0:
-                return remaining
-            await self._write_status(
-                local,
-                _with_check(
-                    status, _set_check(group.check, "Retry", "Reserving remote lost", self.clock)
-                ),
-            )
+            admitting = str(status.get("clusterName") or "")
+            if admitting and admitting in group.unavailable:
+                lost = (self.clock.now() - self.clusters.lost_since(admitting)).total_seconds()
+                remaining = self.config.worker_lost_timeout_seconds - lost
+                if remaining > 0:
+                    return remaining
+                await self._update_acs(local, group.check, "Retry", ADMITTING_REMOTE_LOST)
+            elif not admitting:
+                await self._update_acs(local, group.check, "Retry", READY_WITHOUT_CLUSTER)
+            else:
+                await self._update_acs(local, group.check, "Retry", ADMITTING_REMOTE_GONE)
             return None
         # C30 (v0.20, MultiKueueOrchestratedPreemption): let one worker at a time preempt.
         gate_requeue: float | None = None
@@ -1204,6 +1427,22 @@ class WorkloadController(_Loop):
         if requeue is None or (gate_requeue is not None and gate_requeue < requeue):
             return gate_requeue
         return requeue
+
+    def _finished_before_its_job(self, group: _Group, cluster: str) -> bool:
+        """Whether a finished copy finished before Kueue could have created its Job there.
+
+        With Kueue a copy of a Job's Workload finishes only when the worker's Job does, and that
+        Job is created with the admission (C33). The emulated worker finishes a copy after its
+        run time on its own, so a short Job's copy may finish before this manager saw it
+        admitted; such a finish is ignored (the admission is recorded first, which creates the
+        Job) instead of finishing the manager Workload without ``clusterName``.
+        """
+        if self.sync_remote_job is None:
+            return False
+        owners = group.local["metadata"].get("ownerReferences") or []
+        if not any(o.get("kind") == "Job" and o.get("controller") for o in owners):
+            return False
+        return group.remotes[cluster].job_of(group.key) is None
 
     async def _open_preemption_gate(self, group: _Group) -> float | None:
         """Kueue's ``workloadToOpenPreemptionGate`` and step 7 of the reconciler (v0.20).
@@ -1285,8 +1524,8 @@ class WorkloadController(_Loop):
     async def _admitted(self, group: _Group, cluster: str) -> float | None:
         """C28: delete the others, sync the job, then one status write (C36), event, counter."""
         local, status = group.local, group.status
-        for other in list(group.copies):
-            if other != cluster:
+        for other, copy_ in list(group.copies.items()):
+            if other != cluster and copy_ is not None:
                 await self._remove_copy(group, other)
         evicted = condition(status, "Evicted")
         if evicted is not None and evicted.get("status") == "True":

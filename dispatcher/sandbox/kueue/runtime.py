@@ -15,7 +15,9 @@ import copy
 import datetime
 import functools
 import logging
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+import math
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -48,6 +50,24 @@ PREBUILT_WORKLOAD_LABEL = "kueue.x-k8s.io/prebuilt-workload-name"
 # C30: the preemption gate MultiKueue puts on remote copies (constants.MultiKueuePreemptionGate).
 MULTIKUEUE_PREEMPTION_GATE = "kueue.x-k8s.io/multikueue"
 
+# C10/C20: client-side rate limits of the manager's clients to a worker (see KueueConfig).
+CLIENT_GO_QPS = 5.0  # client-go rest.DefaultQPS: per REST client, i.e. per kind (v0.19)
+CLIENT_GO_BURST = 10  # client-go rest.DefaultBurst
+V020_CLIENT_QPS = 1000.0  # Kueue v0.20 clientConnection.qps default (kueue#15206)
+V020_CLIENT_BURST = 1000  # Kueue v0.20 clientConnection.burst default
+METADATA_KIND = "metadata"
+"""The limiter of controller-runtime's metadata client (``PartialObjectMetadata`` reads, as in
+Kueue's remote-ownership check), one per worker next to the per-kind ones in v0.19."""
+
+# C20/C32: the rate limiter of Kueue's controllers' work queues (controller-runtime's
+# DefaultTypedControllerRateLimiter): a key whose reconcile returned an error is retried after
+# 5 ms doubling per consecutive failure up to 1000 s, and no sooner than a 10 QPS / 100 burst
+# bucket shared by the controller allows; a successful reconcile forgets the failures.
+RETRY_BASE_SECONDS = 0.005
+RETRY_MAX_SECONDS = 1000.0
+RETRY_BUCKET_QPS = 10.0
+RETRY_BUCKET_BURST = 100
+
 KueueVersion = Literal["v0.19", "v0.20"]
 """The Kueue minor version the emulation behaves as (``docs/kueue-versions.md``)."""
 KUEUE_VERSIONS: tuple[KueueVersion, ...] = ("v0.19", "v0.20")
@@ -77,6 +97,21 @@ ADMISSION_STATUS_FIELDS = (
 )
 
 
+@dataclass(frozen=True)
+class WorkerClientLimit:
+    """A client-side rate limit to one worker: ``qps`` sustained, ``burst`` at once, one
+    budget per kind (``per_kind``, v0.19) or one for the whole worker (v0.20)."""
+
+    qps: float
+    burst: int
+    per_kind: bool
+
+    @property
+    def unlimited(self) -> bool:
+        """Whether the limit is off (``qps`` is infinite)."""
+        return math.isinf(self.qps)
+
+
 @dataclass
 class KueueConfig:
     """The parts of Kueue's ``Configuration`` the emulation honours (C1–C5, C45, C58–C61).
@@ -94,10 +129,32 @@ class KueueConfig:
     worker_lost_timeout_seconds: float = 900.0
     gc_interval_seconds: float = 60.0
     namespace: str = "kueue-system"
-    # Feature gate WorkloadRequestUseMergePatch (C45, remedy 2): status writes as merge patches.
+    # Feature gate WorkloadRequestUseMergePatch (C45, remedy 2; Alpha, off by default): Workload
+    # status writes become JSON merge patches of what the write changes, as field manager
+    # "kueue" (the name the API server derives from Kueue's user agent).
     merge_patch_gate: bool = False
-    # Upstream batches events for 1 s (C20); the emulation reacts faster by default.
-    batch_period_seconds: float = 0.02
+    # C20: the MultiKueue workload reconciler queues a Workload this long after an event of a
+    # remote cluster (its copy or its remote Job changed, a watch (re)started) or of a
+    # MultiKueueConfig (Kueue's ``eventsBatchPeriod`` = ``constants.UpdatesBatchPeriod``, 1 s);
+    # events of the manager Workload itself are queued at once.
+    batch_period_seconds: float = 1.0
+    # Not a Kueue setting: how long every emulated level-triggered loop waits after being woken
+    # before it runs, so that a burst of events costs one pass.
+    coalesce_seconds: float = 0.02
+    # C10/C20: the client-side rate limit of the manager's clients to each worker (every request
+    # waits for a token). None means Kueue's own default for ``version``:
+    #   v0.19: client-go's defaults, 5 QPS and a burst of 10, for each kind on each worker (Kueue
+    #     v0.19 sets no limit on its worker REST config, and controller-runtime builds one REST
+    #     client, hence one limiter, per kind; ownership checks use the metadata client, one more).
+    #     Kueue v0.19 has no setting for it: a value here is an emulation knob (an accepted
+    #     difference, docs/kueue-versions.md), for tests that dispatch hundreds of Jobs.
+    #   v0.20: gate MultiKueueReuseClientConnectionConfigForWorkers (Beta, on) applies Kueue's
+    #     ``clientConnection.qps``/``burst`` (defaults 1000/1000) to worker clients, one limiter
+    #     shared by all kinds of a worker (kueue#15280, #15206, #15310); a value here is that
+    #     setting.
+    # ``math.inf`` turns the limit off.
+    worker_client_qps: float | None = None
+    worker_client_burst: int | None = None
     # Seconds a worker waits between reserving quota and setting Admitted (both as separate
     # writes, as Kueue's scheduler and workload controller do, C72).
     admit_delay_seconds: float = 0.0
@@ -109,6 +166,30 @@ class KueueConfig:
         if self.version not in KUEUE_VERSIONS:
             known = ", ".join(KUEUE_VERSIONS)
             raise ValueError(f"version must be one of {known}, not {self.version!r}")
+        if self.worker_client_qps is not None and not self.worker_client_qps > 0:
+            raise ValueError(
+                "KueueConfig.worker_client_qps must be a positive number of requests per second "
+                f"(math.inf for no limit), not {self.worker_client_qps!r}"
+            )
+        if self.worker_client_burst is not None and self.worker_client_burst < 1:
+            raise ValueError(
+                "KueueConfig.worker_client_burst must be at least 1, not "
+                f"{self.worker_client_burst!r}"
+            )
+        for name in ("batch_period_seconds", "coalesce_seconds"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"KueueConfig.{name} must not be negative")
+
+    @property
+    def worker_client_limit(self) -> WorkerClientLimit:
+        """The rate limit of the manager's clients to one worker (see ``worker_client_qps``)."""
+        if self.version == "v0.19":
+            default_qps, default_burst, per_kind = CLIENT_GO_QPS, CLIENT_GO_BURST, True
+        else:
+            default_qps, default_burst, per_kind = V020_CLIENT_QPS, V020_CLIENT_BURST, False
+        qps = self.worker_client_qps if self.worker_client_qps is not None else default_qps
+        burst = self.worker_client_burst if self.worker_client_burst is not None else default_burst
+        return WorkerClientLimit(qps=qps, burst=burst, per_kind=per_kind)
 
     @property
     def serves_v1beta1(self) -> bool:
@@ -247,6 +328,31 @@ def admission_status_body(status: Mapping[str, Any]) -> Obj:
     return body
 
 
+def merge_patch_diff(original: Any, modified: Any) -> Any:
+    """The JSON merge patch (RFC 7386) that turns ``original`` into ``modified``.
+
+    As controller-runtime's ``client.MergeFrom`` computes it: mappings are compared key by key
+    (a removed key becomes ``null``), anything else, lists included, is sent whole when it
+    changed. Returns ``{}`` for two equal mappings.
+    """
+    if not isinstance(original, Mapping) or not isinstance(modified, Mapping):
+        return copy.deepcopy(modified)
+    patch: Obj = {}
+    for name in original:
+        if name not in modified:
+            patch[name] = None
+    for name, value in modified.items():
+        if name not in original:
+            patch[name] = copy.deepcopy(value)
+        elif isinstance(value, Mapping) and isinstance(original[name], Mapping):
+            inner = merge_patch_diff(original[name], value)
+            if inner:
+                patch[name] = inner
+        elif value != original[name]:
+            patch[name] = copy.deepcopy(value)
+    return patch
+
+
 async def write_admission_status(
     client: KubeClient,
     workload: Mapping[str, Any],
@@ -258,20 +364,23 @@ async def write_admission_status(
     """Write a Workload's admission status as Kueue's ``PatchAdmissionStatus`` does.
 
     Default: server-side apply to ``/status`` as ``kueue-admission`` with force and the whole
-    admission-status body (C42). With the ``WorkloadRequestUseMergePatch`` gate (C45): a JSON
-    merge patch that explicitly nulls cleared fields, so it removes them whoever owns them.
-    ``strict`` (Kueue's ``WithStrict``) sends the workload's ``resourceVersion`` as a
-    precondition: a write based on a stale copy fails with 409 instead of undoing newer changes.
+    admission-status body (C42). With the ``WorkloadRequestUseMergePatch`` gate (C45, Kueue's
+    ``patchStatus`` via ``clientutil.PatchStatus``): a JSON merge patch of what the write changes
+    in ``status`` relative to ``workload`` (so a field the write clears is sent as ``null`` and
+    removed whoever owns it), without a field manager of its own, hence as ``kueue``; nothing is
+    sent when nothing changed. ``strict`` (Kueue's default) sends the workload's
+    ``resourceVersion`` as a precondition: a write based on a stale copy fails with 409 instead of
+    undoing newer changes.
     """
     meta = workload["metadata"]
-    body = admission_status_body(status)
     metadata: Obj = {"name": meta["name"], "namespace": meta["namespace"]}
     if strict and meta.get("resourceVersion"):
         metadata["resourceVersion"] = meta["resourceVersion"]
     if config.merge_patch_gate:
-        patch_status: Obj = {name: body.get(name) for name in ADMISSION_STATUS_FIELDS}
-        patch_status["conditions"] = status.get("conditions") or []
-        patch: Obj = {"status": patch_status}
+        changes = merge_patch_diff(workload.get("status") or {}, dict(status))
+        if not changes:
+            return None
+        patch: Obj = {"status": changes}
         if "resourceVersion" in metadata:
             patch["metadata"] = {"resourceVersion": metadata["resourceVersion"]}
         return await client.merge_patch(
@@ -280,7 +389,7 @@ async def write_admission_status(
             patch,
             namespace=meta["namespace"],
             subresource="status",
-            field_manager=KUEUE_ADMISSION,
+            field_manager=KUEUE_MANAGER,
         )
     return await client.apply(
         WORKLOADS,
@@ -288,12 +397,195 @@ async def write_admission_status(
             "apiVersion": WORKLOADS.api_version,
             "kind": "Workload",
             "metadata": metadata,
-            "status": body,
+            "status": admission_status_body(status),
         },
         subresource="status",
         field_manager=KUEUE_ADMISSION,
         force=True,
     )
+
+
+# --- client-side rate limits (C10, C20) ------------------------------------------------------
+
+
+class TokenBucket:
+    """A token bucket as ``golang.org/x/time/rate`` reserves from it (wall-clock time).
+
+    Each request takes one token; when none is left it reserves the next one and waits for it,
+    so waiters are served in order. Starts full (``burst`` tokens).
+    """
+
+    def __init__(self, qps: float, burst: int) -> None:
+        self.qps = qps
+        self.burst = burst
+        self._tokens = float(burst)
+        self._stamp = time.monotonic()
+
+    def reserve(self) -> float:
+        """Take a token; the seconds to wait before it is available (0 when there is one)."""
+        if math.isinf(self.qps):
+            return 0.0
+        now = time.monotonic()
+        self._tokens = min(float(self.burst), self._tokens + (now - self._stamp) * self.qps)
+        self._stamp = now
+        self._tokens -= 1.0
+        return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
+
+    async def acquire(self) -> float:
+        """Wait for a token; the seconds waited."""
+        delay = self.reserve()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        return delay
+
+
+def kind_of_path(path: str) -> str:
+    """``group/plural`` of an API path (``/apis/batch/v1/namespaces/a/jobs/x/status`` ->
+    ``batch/jobs``; core kinds have an empty group)."""
+    parts = [p for p in path.split("?", 1)[0].split("/") if p]
+    if parts[:1] == ["api"]:
+        group, rest = "", parts[2:]
+    else:
+        group, rest = (parts[1] if len(parts) > 1 else ""), parts[3:]
+    if rest[:1] == ["namespaces"] and len(rest) > 2:
+        rest = rest[2:]
+    return f"{group}/{rest[0]}" if rest else group
+
+
+class RateLimitedKubeClient(KubeClient):
+    """A :class:`KubeClient` whose every request (watches included) first waits for a token of
+    the limiter of its kind, as the manager's clients to a worker do (C10, C20): one limiter per
+    kind (v0.19) or one per client (v0.20). ``throttled_seconds`` sums the waits."""
+
+    def __init__(
+        self,
+        kubeconfig: Mapping[str, Any],
+        limit: WorkerClientLimit,
+        *,
+        user_agent: str = USER_AGENT,
+    ) -> None:
+        super().__init__(kubeconfig, user_agent=user_agent)
+        self.limit = limit
+        self._buckets: dict[str, TokenBucket] = {}
+        self.throttled_seconds = 0.0
+        self.requests = 0
+
+    async def throttle(self, kind: str) -> None:
+        """Take a token of ``kind``'s limiter (a request's kind, or :data:`METADATA_KIND`)."""
+        self.requests += 1
+        if self.limit.unlimited:
+            return
+        key = kind if self.limit.per_kind else ""
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = self._buckets[key] = TokenBucket(self.limit.qps, self.limit.burst)
+        self.throttled_seconds += await bucket.acquire()
+
+    async def get_metadata(
+        self, resource: Resource, name: str, namespace: str | None = None
+    ) -> Obj | None:
+        """A GET of the object as controller-runtime's metadata client sends it (a
+        ``PartialObjectMetadata`` read), charged to that client's limiter; None on 404."""
+        await self.throttle(METADATA_KIND)
+        try:
+            found: Obj = await super().request("GET", resource.path(namespace, name))
+        except KubeError as error:
+            if error.status == 404:
+                return None
+            raise
+        return found
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> Any:
+        await self.throttle(kind_of_path(path))
+        return await super().request(
+            method, path, query=query, body=body, content_type=content_type
+        )
+
+    async def watch(
+        self,
+        resource: Resource,
+        resource_version: str,
+        *,
+        timeout_seconds: int = 60,
+        label_selector: str | None = None,
+    ) -> AsyncIterator[Obj]:
+        await self.throttle(kind_of_path(resource.path()))
+        async for event in super().watch(
+            resource,
+            resource_version,
+            timeout_seconds=timeout_seconds,
+            label_selector=label_selector,
+        ):
+            yield event
+
+
+async def throttle(client: KubeClient, kind: str) -> None:
+    """Charge a request of ``kind`` to ``client``'s limiter without sending one (a read the
+    emulation serves from its cache where Kueue sends a GET); nothing for unlimited clients."""
+    if isinstance(client, RateLimitedKubeClient):
+        await client.throttle(kind)
+
+
+async def get_metadata(
+    client: KubeClient, resource: Resource, name: str, namespace: str | None = None
+) -> Obj | None:
+    """A metadata-client GET through ``client`` (see :meth:`RateLimitedKubeClient.get_metadata`);
+    a plain GET for a client without limits. None when the object does not exist."""
+    if isinstance(client, RateLimitedKubeClient):
+        return await client.get_metadata(resource, name, namespace)
+    return await client.get(resource, name, namespace)
+
+
+class RetryLimiter:
+    """controller-runtime's default work-queue rate limiter (see ``RETRY_BASE_SECONDS``)."""
+
+    def __init__(
+        self,
+        base: float = RETRY_BASE_SECONDS,
+        maximum: float = RETRY_MAX_SECONDS,
+        qps: float = RETRY_BUCKET_QPS,
+        burst: int = RETRY_BUCKET_BURST,
+    ) -> None:
+        self.base = base
+        self.maximum = maximum
+        self._failures: dict[Any, int] = {}
+        self._bucket = TokenBucket(qps, burst)
+
+    def when(self, key: Any) -> float:
+        """Seconds until ``key`` may be retried after one more failure."""
+        failures = self._failures.get(key, 0)
+        self._failures[key] = failures + 1
+        exponential = min(self.base * 2.0**failures, self.maximum)
+        return max(exponential, self._bucket.reserve())
+
+    def forget(self, key: Any) -> None:
+        """A success: the next failure starts from ``base`` again."""
+        self._failures.pop(key, None)
+
+    def failures(self, key: Any) -> int:
+        """Consecutive failures of ``key``."""
+        return self._failures.get(key, 0)
+
+
+class RemoteObjectNotOwned(Exception):
+    """C33: the worker already has the job object a Workload's copy needs, without this
+    manager's origin label: Kueue refuses to sync into it (``ValidateRemoteObjectOwnership``,
+    ``ErrRemoteObjectNotOwnedByMultiKueue``), so the reconcile fails and is retried."""
+
+    def __init__(self, kind: str, namespace: str, name: str, origin: str) -> None:
+        self.kind, self.namespace, self.name, self.origin = kind, namespace, name, origin
+        super().__init__(
+            f'remote object is not owned by MultiKueue: expected "{ORIGIN_LABEL}"="{origin}" on '
+            f'*v1.PartialObjectMetadata "{namespace}/{name}"'
+        )
 
 
 # --- connections and controllers -------------------------------------------------------------
@@ -372,7 +664,8 @@ class Controller:
     """A level-triggered reconcile loop.
 
     :meth:`mark_dirty` (also called from informer listeners) wakes the loop; :meth:`reconcile`
-    runs after ``batch_period`` and again whenever it asks for a retry, or after ``requeue_after``.
+    runs after ``coalesce_seconds`` and again whenever it asks for a retry, or after
+    ``requeue_after``.
     Errors are logged and retried with backoff; they never stop the loop.
     """
 
@@ -402,7 +695,7 @@ class Controller:
         self.mark_dirty()
         while True:
             await self._dirty.wait()
-            await asyncio.sleep(self.config.batch_period_seconds)
+            await asyncio.sleep(self.config.coalesce_seconds)
             self._dirty.clear()
             try:
                 requeue = await self.reconcile()
