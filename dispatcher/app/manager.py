@@ -61,6 +61,7 @@ def controller_config(settings: Settings) -> ControllerConfig:
         decision_timeout_seconds=settings.decision_timeout_seconds,
         stuck_after_seconds=settings.stuck_after_seconds,
         algorithm="+".join(settings.algorithms),
+        origin=settings.multikueue_origin,
     )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from pathlib import Path
@@ -67,6 +68,8 @@ KUEUE_BUILTIN_DISPATCHERS = frozenset(
         "kueue.x-k8s.io/multikueue-dispatcher-incremental",
     }
 )
+
+_LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 
 _YAML_FILE: ContextVar[Path | None] = ContextVar("dispatcher_settings_yaml_file", default=None)
 
@@ -139,6 +142,16 @@ class Settings(BaseSettings):
         min_length=1,
         description="Namespace of Kueue on the manager cluster; the kubeconfig Secrets named by "
         "MultiKueueClusters live there.",
+    )
+    multikueue_origin: str = Field(
+        default="multikueue",
+        min_length=1,
+        max_length=63,
+        description="Kueue's `multiKueue.origin`: the value of the "
+        "`kueue.x-k8s.io/multikueue-origin` label Kueue puts on the Workload copies and Jobs it "
+        "creates on workers. A worker Workload counts as a copy of a manager Workload only with "
+        "this label (Kueue keys its copies the same way; a same-named Workload or Job without "
+        "it is someone else's); must equal the value in Kueue's configuration.",
     )
     write_mode: Literal["apply"] = Field(
         default="apply",
@@ -248,6 +261,16 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"{value!r} is one of Kueue's built-in dispatchers; an external dispatcher needs "
                 "its own name (and the same name in Kueue's configuration)"
+            )
+        return value
+
+    @field_validator("multikueue_origin")
+    @classmethod
+    def _origin_label_value(cls, value: str) -> str:
+        if not _LABEL_VALUE.fullmatch(value):
+            raise ValueError(
+                "must be a label value (up to 63 letters, digits, '-', '_' or '.', starting and "
+                f"ending with a letter or digit), like Kueue's multiKueue.origin, not {value!r}"
             )
         return value
 

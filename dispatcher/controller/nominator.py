@@ -32,12 +32,18 @@ from dispatcher.algorithms.building import queued_workload, request_from_workloa
 from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest
 from dispatcher.clusters.registry import MANAGER, ClusterRegistry
 from dispatcher.controller.inflight import InFlight
-from dispatcher.controller.snapshots import SnapshotCache, WorkerIndex, condition_status
+from dispatcher.controller.snapshots import (
+    ORIGIN_LABEL,
+    SnapshotCache,
+    WorkerIndex,
+    condition_status,
+    is_copy,
+)
 from dispatcher.controller.workqueue import WorkQueue
 from dispatcher.k8s.client import KubeApi
 from dispatcher.k8s.errors import ApiError, ApiUnreachable
 from dispatcher.k8s.patching import AdmittedMeanwhile, apply_status
-from dispatcher.k8s.resources import EVENTS, KUEUE_GROUP, KUEUE_VERSION
+from dispatcher.k8s.resources import EVENTS, KUEUE_GROUP, KUEUE_VERSION, ResourceRef
 from dispatcher.k8s.watching import Listed, ObjectEvent, WatchItem
 from dispatcher.kueue.eligibility import eligibility, multikueue_check_state
 from dispatcher.kueue.gputypes import DEFAULT_GPU_LABEL, DEFAULT_GPU_RESOURCE_PATTERN
@@ -55,6 +61,8 @@ EVENT_COMPONENT = "multikueue-dispatcher"
 # The ``algorithm`` label of a nomination written back to the worker whose copy holds quota
 # (no pipeline decided it, see ``Nominator._holding_copy``).
 HOLDER_ALGORITHM = "copy-holds-quota"
+WORKER_JOBS = ResourceRef("batch", "v1", "jobs", "Job")
+"""Jobs on a worker (read once per stuck workload, to name the cause)."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +86,9 @@ class ControllerConfig:
     gpu_resource_pattern: str = DEFAULT_GPU_RESOURCE_PATTERN
     algorithm: str = "default"
     """Name of the pipeline, for metrics and Events."""
+    origin: str = "multikueue"
+    """Kueue's ``multiKueue.origin``: the ``kueue.x-k8s.io/multikueue-origin`` value of the
+    copies and Jobs Kueue creates on workers (only those count as this manager's copies)."""
 
 
 @dataclass(frozen=True)
@@ -294,7 +305,7 @@ class Nominator:
         worker = self.registry.workers.get(cluster)
         if worker is None or worker.mirror is None:
             return None
-        index = self.indexes.setdefault(cluster, WorkerIndex())
+        index = self.indexes.setdefault(cluster, WorkerIndex(self.config.origin))
         index.refresh(worker.mirror, self.versions.get(cluster, 0))
         return index
 
@@ -414,8 +425,8 @@ class Nominator:
             if worker is None or worker.mirror is None or not worker.connected:
                 continue
             copy = worker.mirror.cache("workloads").get(name, namespace)
-            if copy is None:
-                continue
+            if copy is None or not is_copy(copy, self.config.origin):
+                continue  # a same-named Workload without our origin label is not a copy
             for rank, kind in enumerate(("Admitted", "QuotaReserved")):
                 if condition_status(copy, kind) == "True":
                     since = _transition_time(copy, kind) or 0.0
@@ -737,14 +748,61 @@ class Nominator:
                 # nothing we watch): look again when it would count as stuck.
                 self.queue.add_after(key, self.config.stuck_after_seconds - (now - since))
                 continue
+            cause = await self._stuck_cause(cluster, workload)
             await self._report_stuck(
                 key,
                 workload,
                 record,
                 f"the copy on {cluster} was admitted {now - since:.0f}s ago but Kueue has not "
-                f"set status.clusterName: {PITFALL_ADVICE}",
+                f"set status.clusterName: {cause}",
             )
             return
+
+    async def _stuck_cause(self, cluster: str, workload: Mapping[str, Any]) -> str:
+        """Why Kueue does not record an admission it can see (C43 or C33).
+
+        Before writing ``clusterName`` Kueue syncs the workload's Job to the admitting worker and
+        refuses a Job of that name there that does not carry this manager's origin label
+        (``ValidateRemoteObjectOwnership``): its reconcile fails before the admission write,
+        again and again. The worker's Job tells the two apart: a same-named Job without our
+        origin label is that refusal; otherwise (Kueue's own Job, or none) it is the
+        field-manager pitfall. One GET on the worker, only when a workload is found stuck."""
+        meta = workload.get("metadata") or {}
+        owner = next(
+            (
+                ref
+                for ref in meta.get("ownerReferences") or []
+                if ref.get("kind") == "Job" and ref.get("controller")
+            ),
+            None,
+        )
+        worker = self.registry.workers.get(cluster)
+        if owner is None or worker is None or worker.mirror is None:
+            return PITFALL_ADVICE
+        namespace, name = str(meta.get("namespace", "")), str(owner.get("name", ""))
+        try:
+            job = await worker.mirror.api.get(WORKER_JOBS, name, namespace)
+        except ApiError as error:
+            log.info(
+                "workload %s/%s: could not read Job %s on %s to tell why it is stuck: %s",
+                namespace,
+                meta.get("name", ""),
+                name,
+                cluster,
+                error,
+                extra={"workload": f"{namespace}/{meta.get('name', '')}"},
+            )
+            return PITFALL_ADVICE
+        origin = ((job.get("metadata") or {}).get("labels") or {}).get(ORIGIN_LABEL)
+        if origin == self.config.origin:
+            return PITFALL_ADVICE
+        found = f"origin {origin!r}" if origin else "no origin label"
+        return (
+            f"a Job {namespace}/{name} already exists on {cluster} and was not created by this "
+            f"manager's Kueue ({found}, expected {ORIGIN_LABEL}={self.config.origin}): Kueue "
+            f"refuses to sync into it and will not admit the workload until that Job is deleted "
+            f"or renamed (contract C33)"
+        )
 
     async def _check_finished_unrecorded(
         self,

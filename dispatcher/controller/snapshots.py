@@ -31,7 +31,14 @@ from dispatcher.kueue.objects import (
     parse_resource_flavor,
 )
 
-__all__ = ["SnapshotCache", "WorkerIndex", "build_snapshot", "condition_status"]
+__all__ = [
+    "ORIGIN_LABEL",
+    "SnapshotCache",
+    "WorkerIndex",
+    "build_snapshot",
+    "condition_status",
+    "is_copy",
+]
 
 
 def condition_status(obj: Mapping[str, Any], kind: str) -> str | None:
@@ -47,10 +54,26 @@ def _key(obj: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
-class WorkerIndex:
-    """Parsed views of one worker's mirror, for one version of its caches."""
+ORIGIN_LABEL = "kueue.x-k8s.io/multikueue-origin"
+"""The label Kueue puts on the copies it creates on workers, with its ``multiKueue.origin``."""
 
-    def __init__(self) -> None:
+
+def is_copy(obj: Mapping[str, Any], origin: str) -> bool:
+    """Whether a worker Workload is a copy made by the manager of ``origin`` (C32): Kueue keys
+    its copies by ``kueue.x-k8s.io/multikueue-origin``, not by namespace/name alone; a
+    same-named Workload without the label (the worker's own, another manager's) is not one."""
+    return ((obj.get("metadata") or {}).get("labels") or {}).get(ORIGIN_LABEL) == origin
+
+
+class WorkerIndex:
+    """Parsed views of one worker's mirror, for one version of its caches.
+
+    ``origin`` is Kueue's ``multiKueue.origin``: only Workloads with that origin label count as
+    copies of manager Workloads (``copies``, ``admitted``, ``reserved_keys``); every Workload
+    counts for the worker's usage and queues."""
+
+    def __init__(self, origin: str = "multikueue") -> None:
+        self.origin = origin
         self.version = -1
         self.local_queues: tuple[LocalQueueView, ...] = ()
         self.cluster_queues: tuple[ClusterQueueView, ...] = ()
@@ -58,11 +81,11 @@ class WorkerIndex:
         self.pending: dict[str, tuple[QueuedWorkload, ...]] = {}
         """Pending workloads per ClusterQueue name, by priority then age."""
         self.reserved_keys: frozenset[str] = frozenset()
-        """Keys of the workloads holding quota on this worker."""
+        """Keys of the copies holding quota on this worker."""
         self.admitted: dict[str, str] = {}
-        """Keys of workloads ``Admitted=True`` here, with the transition time."""
+        """Keys of copies ``Admitted=True`` here, with the transition time."""
         self.copies: frozenset[str] = frozenset()
-        """Keys of every Workload on this worker."""
+        """Keys of every copy (this manager's origin label) on this worker."""
         self.errors: list[str] = []
 
     def refresh(self, mirror: Mirror, version: int) -> None:
@@ -90,19 +113,22 @@ class WorkerIndex:
         copies: set[str] = set()
         for raw in mirror.cache("workloads").items():
             key = _key(raw)
-            copies.add(key)
+            ours = is_copy(raw, self.origin)
+            if ours:
+                copies.add(key)
             meta = raw.get("metadata") or {}
             spec = raw.get("spec") or {}
             status = raw.get("status") or {}
             if condition_status(raw, "Finished") == "True":
                 continue
-            if condition_status(raw, "Admitted") == "True":
+            if ours and condition_status(raw, "Admitted") == "True":
                 for item in status.get("conditions") or []:
                     if item.get("type") == "Admitted":
                         admitted[key] = str(item.get("lastTransitionTime", ""))
             queue = queue_of.get((str(meta.get("namespace", "")), str(spec.get("queueName", ""))))
             if condition_status(raw, "QuotaReserved") == "True":
-                reserved_keys.add(key)
+                if ours:
+                    reserved_keys.add(key)
                 cq = str((status.get("admission") or {}).get("clusterQueue") or queue or "")
                 try:
                     usage = admission_usage(status.get("admission"))
@@ -172,7 +198,13 @@ def build_snapshot(
             labels=frozen_map(candidate.labels),
         )
     cq = _queue_of(index, request.namespace, request.queue_name)
-    pending = tuple(w for w in index.pending.get(cq or "", ()) if w.key != request.key)
+    # The deciding workload's own copy waiting there is not a competitor; a same-named Workload
+    # that is not a copy (no origin label) is.
+    pending = tuple(
+        w
+        for w in index.pending.get(cq or "", ())
+        if w.key != request.key or request.key not in index.copies
+    )
     flying = tuple(
         w
         for w in (*in_flight.on(candidate.name, request.now), *extra_in_flight)

@@ -36,6 +36,18 @@ def condition(kind: str) -> dict[str, str]:
     }
 
 
+ORIGIN_LABEL = "kueue.x-k8s.io/multikueue-origin"
+
+
+def kueue_copy(name: str, origin: str | None = "multikueue") -> dict[str, object]:
+    """A worker Workload as Kueue's copy of the manager Workload ``name`` (origin label, C32),
+    or, with ``origin=None``, a same-named Workload that is not a copy."""
+    body = workload(name, [pod_set({"cpu": "1"})])
+    if origin is not None:
+        body["metadata"]["labels"] = {ORIGIN_LABEL: origin}
+    return body
+
+
 @pytest.mark.parametrize("held", ["Admitted", "QuotaReserved"])
 async def test_copy_holding_quota_gets_the_nomination_back(held: str) -> None:
     """C28/C18: the dispatcher nominated ``w2``; a copy on ``w1`` holds quota (reserved or
@@ -45,7 +57,7 @@ async def test_copy_holding_quota_gets_the_nomination_back(held: str) -> None:
         await env.add_workload(workload("job", [pod_set({"cpu": "1"})]))
         await env.wait(lambda: env.nominated("job") == ("w2",))
         async with await KubeApi.from_kubeconfig(env.workers["w1"].kubeconfig, name="w1") as w1:
-            await w1.create(WORKLOADS, workload("job", [pod_set({"cpu": "1"})]), "default")
+            await w1.create(WORKLOADS, kueue_copy("job"), "default")
             await w1.request(
                 "PATCH",
                 WORKLOADS.path("default", "job") + "/status",
@@ -75,3 +87,33 @@ async def test_no_active_candidate_keeps_the_standing_nomination() -> None:
         await env.wait(lambda: env.reconciles["default/job"] >= settled)
         assert env.nominated("job") == ("w1",)
         assert not [e for e in await env.events("job") if e["reason"] == "NotNominated"]
+
+
+@pytest.mark.parametrize(
+    "origin",
+    [
+        pytest.param(None, id="issue14-11-no-origin-label"),
+        pytest.param("another-manager", id="issue14-11-another-managers-origin"),
+    ],
+)
+async def test_same_named_workload_without_our_origin_is_not_a_copy(origin: str | None) -> None:
+    """C32, issue 14 item 11: Kueue keys its copies by the ``kueue.x-k8s.io/multikueue-origin``
+    label, so does the dispatcher (setting ``multikueue_origin``, default ``multikueue``): an
+    admitted Workload of the same name on ``w1`` that does not carry our origin is someone
+    else's and does not pull the nomination back to ``w1``."""
+    async with schema_less_dispatcher(always_w2, workers=("w1", "w2")) as env:
+        await env.add_workload(workload("job", [pod_set({"cpu": "1"})]))
+        await env.wait(lambda: env.nominated("job") == ("w2",))
+        async with await KubeApi.from_kubeconfig(env.workers["w1"].kubeconfig, name="w1") as w1:
+            await w1.create(WORKLOADS, kueue_copy("job", origin), "default")
+            await w1.request(
+                "PATCH",
+                WORKLOADS.path("default", "job") + "/status",
+                body={"status": {"conditions": [condition("Admitted")]}},
+                content_type=MERGE,
+            )
+        index_seen = env.reconciles["default/job"] + 3
+        await env.wait(lambda: env.reconciles["default/job"] >= index_seen)
+        assert env.nominated("job") == ("w2",)
+        messages = [e["message"] for e in await env.events("job") if e["reason"] == "Nominated"]
+        assert not any("its copy already holds quota" in m for m in messages)
