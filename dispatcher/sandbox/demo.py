@@ -30,6 +30,10 @@ Workload conditions only carry seconds). It is in wall-clock seconds, not scaled
 **Traces** (``--trace FILE``) use the simulator's format (:mod:`dispatcher.sim.trace`): workload
 lines (:class:`~dispatcher.sandbox.topology.WorkloadLine`) with ``arrival`` (when to submit the
 line, seconds after the start) and ``runSeconds``; ``simulate --write-trace`` writes one.
+Workload files and traces are submitted to the MultiKueue manager as Jobs, as a user submits
+them: a ``kind: Workload`` line is bad input (exit 2, the line and the ``kind`` field named),
+since Kueue's MultiKueue rejects a Workload that no Job owns (contract C22). The demo's own
+expectations still model each line as a Workload (the shared admission model reads pod sets).
 
 The JSON written by ``--json FILE``::
 

@@ -7,8 +7,10 @@ run in this event loop, talking to the manager over HTTPS through a kubeconfig f
 workers through the kubeconfig Secrets, exactly as in a cluster.
 
 Kueue's side is configured as a platform team would: the manager's ``dispatcherName`` names our
-dispatcher (external mode), Kueue's workload webhook rule on ``clusterName`` (C18) is on, and
-one remedy for the field-manager pitfall is chosen (``policy``: the
+dispatcher (external mode), Kueue's workload webhook rule on ``clusterName`` (C18) is on,
+Kueue's Job webhook defaults ``spec.managedBy`` on the Jobs users create (C22,
+:mod:`dispatcher.sandbox.kueue.job_webhook`), and one remedy for the field-manager pitfall is
+chosen (``policy``: the
 ``clear-nominated-cluster-names`` admission policy, C46, the default; ``gate``: the
 ``WorkloadRequestUseMergePatch`` feature gate, C45; ``none``: neither, to show the pitfall).
 """
@@ -32,14 +34,20 @@ from dispatcher.sandbox.fakeapi.admission import (
 )
 from dispatcher.sandbox.kubeclient import WORKLOADS, KubeClient
 from dispatcher.sandbox.kueue.emulator import EmulatedKueue, run_kueue
+from dispatcher.sandbox.kueue.job_webhook import kueue_job_webhook, store_lookup
 from dispatcher.sandbox.kueue.runtime import Clock, KueueConfig
 from dispatcher.sandbox.kueue_crds import KUEUE_GROUP, UNSERVED_API_VERSIONS
 from dispatcher.sandbox.serve import Sandbox, start_topology
-from dispatcher.sandbox.topology import Topology, WorkloadLine, submit_workloads
+from dispatcher.sandbox.topology import (
+    Topology,
+    WorkloadLine,
+    check_manager_lines,
+    submit_workloads,
+)
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DISPATCHER_NAME", "Environment", "Remedy", "environment"]
+__all__ = ["DISPATCHER_NAME", "Environment", "Remedy", "environment", "install_kueue_webhooks"]
 
 DISPATCHER_NAME = "multikueue-dispatcher.io/dispatcher"
 Remedy = Literal["policy", "gate", "none"]
@@ -58,8 +66,14 @@ class Environment:
     dispatcher: Manager | None = None
 
     async def submit(self, lines: Iterable[WorkloadLine]) -> list[Obj]:
-        """Create Jobs or Workloads on the manager."""
-        return await submit_workloads(self.manager_client, list(lines), self.topology)
+        """Create the Jobs of ``lines`` on the manager, as a user does; returns them as created.
+
+        A ``kind: Workload`` line raises :class:`~dispatcher.sandbox.topology.WorkloadFileError`
+        before anything is created: Kueue's MultiKueue would reject that Workload (C22).
+        """
+        lines = list(lines)
+        check_manager_lines(lines)
+        return await submit_workloads(self.manager_client, lines, self.topology)
 
     async def workloads(self) -> list[Obj]:
         """The manager's Workloads, fresh from the API."""
@@ -112,8 +126,7 @@ def _kueue_config(
     options: dict[str, Any] = {
         "dispatcher_name": dispatcher_name,
         "merge_patch_gate": remedy == "gate",
-        "batch_period_seconds": 0.02,
-    }
+    }  # everything else at Kueue's own defaults (the 1 s batch period and worker QPS of C20)
     options.update(overrides)
     return KueueConfig(**options)
 
@@ -144,9 +157,7 @@ async def environment(
         for cluster in sandbox.clusters:  # v0.20: kueue.x-k8s.io/v1beta1 is not served
             for version in UNSERVED_API_VERSIONS[config.version]:
                 cluster.unserve_version(KUEUE_GROUP, version)
-        if remedy == "policy":
-            sandbox.manager.admission.add_mutating(kueue_clear_nominated_cluster_names_hook())
-        sandbox.manager.admission.add_validating(kueue_cluster_name_webhook())
+        install_kueue_webhooks(sandbox, remedy)
         manager_client = KubeClient(sandbox.manager.kubeconfig, user_agent="sandbox-user")
         async with (
             manager_client,
@@ -167,6 +178,22 @@ async def environment(
                 group.cancel_scope.cancel()
     finally:
         await sandbox.stop()
+
+
+def install_kueue_webhooks(sandbox: Sandbox, remedy: Remedy) -> None:
+    """Kueue's admission hooks on the sandbox's clusters, as a Kueue installation has them.
+
+    Every cluster runs Kueue, so every cluster gets its Job defaulting webhook (``mjob.kb.io``:
+    ``suspend`` for queued Jobs, ``spec.managedBy: kueue.x-k8s.io/multikueue`` where the
+    LocalQueue's ClusterQueue has a MultiKueue check, C22). The manager also gets the Workload
+    webhook rule on ``clusterName`` (C18) and, with ``remedy="policy"``, the
+    ``clear-nominated-cluster-names`` admission policy (C46).
+    """
+    for cluster in sandbox.clusters:
+        cluster.admission.add_mutating(kueue_job_webhook(store_lookup(cluster.store)))
+    if remedy == "policy":
+        sandbox.manager.admission.add_mutating(kueue_clear_nominated_cluster_names_hook())
+    sandbox.manager.admission.add_validating(kueue_cluster_name_webhook())
 
 
 def dispatcher_flags(dispatcher_name: str, overrides: Mapping[str, Any]) -> dict[str, Any]:

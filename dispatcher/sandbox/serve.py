@@ -10,6 +10,13 @@ Secret per worker in ``kueue-system`` (``<worker>-kubeconfig``, key ``kubeconfig
 MultiKueueClusters, MultiKueueConfig, AdmissionCheck and its ClusterQueue), prints ``READY`` and
 serves until SIGINT or SIGTERM.
 
+With the Kueue emulation (the default), the clusters also have Kueue's admission hooks
+(:func:`dispatcher.sandbox.environment.install_kueue_webhooks`): a user's plain Job with the
+``kueue.x-k8s.io/queue-name`` label, created with kubectl, is suspended and given
+``spec.managedBy: kueue.x-k8s.io/multikueue`` as Kueue's Job webhook does (C22), and a Workload
+created without a Job is rejected by MultiKueue ("No multikueue adapter found"), as on real
+Kueue (``tests/sandbox/test_serve_plain_job.py`` shows both on both backends).
+
 :func:`start_topology` is the entry point for whoever adds the Kueue emulation to the sandbox.
 """
 

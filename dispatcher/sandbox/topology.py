@@ -17,9 +17,15 @@ Secret in ``kueue-system`` (C10, C77). Keys are spelled as in the Kueue API (``n
 :func:`apply_topology` creates every object through the API of running clusters (server-side
 apply, so it can be re-run). :func:`topology_objects` is the pure part: what goes where.
 
-A **workload file** is JSON Lines, one Job (default) or Workload per line; see
-:class:`WorkloadLine`. :func:`load_workloads` validates each line and reports errors as
-``FILE:LINE: field: message``; :func:`workload_object` turns a line into the API object.
+A **workload file** is JSON Lines, one Job per line (``kind: Workload`` lines describe a prebuilt
+Workload); see :class:`WorkloadLine`. :func:`load_workloads` validates each line and reports
+errors as ``FILE:LINE: field: message``; :func:`workload_object` turns a line into the API
+object. Lines checked against a topology are for its MultiKueue manager, where only Jobs are
+accepted: Kueue's MultiKueue rejects a Workload that no Job owns ("No multikueue adapter found",
+contract C22), so a ``kind: Workload`` line is refused there with an error naming its line and
+the ``kind`` field (:func:`check_manager_lines` does the same for lines built in code). Workload
+lines remain for a worker's own Kueue (which admits prebuilt Workloads) and for models (the
+simulator, the demo's expectations).
 """
 
 from __future__ import annotations
@@ -77,6 +83,7 @@ __all__ = [
     "WorkloadFileError",
     "WorkloadLine",
     "apply_topology",
+    "check_manager_lines",
     "default_topology",
     "demo_workloads",
     "generic_topology",
@@ -774,7 +781,8 @@ class WorkloadLine(_Model):
 
     ``kind``: ``Job`` (default: a suspended ``batch/v1`` Job with the queue label and
     ``spec.managedBy: kueue.x-k8s.io/multikueue``, one pod set only) or ``Workload`` (a prebuilt
-    Workload). ``podSets`` or the shorthand ``count``/``requests`` for one pod set ``main``.
+    Workload, never for a MultiKueue manager: see :func:`check_manager_lines`). ``podSets`` or
+    the shorthand ``count``/``requests`` for one pod set ``main``.
     ``gpuType``: required GPU model (pod ``nodeSelector`` on ``nvidia.com/gpu.product``);
     ``preferredGpuTypes``: ordered preference (annotation
     ``multikueue-dispatcher.io/preferred-gpu-types``). ``priorityClass`` names a
@@ -936,9 +944,30 @@ def workload_object(line: WorkloadLine, topology: Topology | None = None) -> Obj
     return {"apiVersion": WORKLOADS.api_version, "kind": "Workload", "metadata": meta, "spec": spec}
 
 
+MANAGER_WORKLOAD_LINE = (
+    'kind: "Workload" cannot be submitted to the MultiKueue manager: Kueue rejects a Workload '
+    'that no Job owns ("No multikueue adapter found", C22); remove "kind" to submit a Job'
+)
+
+
+def check_manager_lines(lines: Iterable[WorkloadLine]) -> None:
+    """Refuse lines that a MultiKueue manager would reject: ``kind: Workload`` (C22).
+
+    Raises :class:`WorkloadFileError` naming each such line (``NAMESPACE/NAME: kind: ...``).
+    """
+    errors = [
+        f"{line.namespace}/{line.name}: {MANAGER_WORKLOAD_LINE}"
+        for line in lines
+        if line.kind == "Workload"
+    ]
+    if errors:
+        raise WorkloadFileError("\n".join(errors))
+
+
 def _topology_problems(line: WorkloadLine, topology: Topology) -> list[str]:
-    """What a line names that the topology does not have (``field: message``)."""
-    problems = []
+    """What is wrong with a line for the topology's manager (``field: message``): a
+    ``kind: Workload`` line (C22), or names the topology does not have."""
+    problems = [MANAGER_WORKLOAD_LINE] if line.kind == "Workload" else []
     queues = {(q.namespace, q.name) for q in topology.local_queues}
     if (line.namespace, line.queue) not in queues:
         problems.append(
@@ -959,9 +988,10 @@ def parse_workload_lines(
 ) -> list[WorkloadLine]:
     """Validate JSON Lines; blank lines and ``#`` comments are skipped.
 
-    With a ``topology``, each line's LocalQueue (namespace and queue) and priority class must
-    exist in it. Raises :class:`WorkloadFileError` listing every bad line as
-    ``SOURCE:LINE: field: message``.
+    With a ``topology``, the lines are for its MultiKueue manager: each must be a Job (not
+    ``kind: Workload``, see :func:`check_manager_lines`) and its LocalQueue (namespace and
+    queue) and priority class must exist in the topology. Raises :class:`WorkloadFileError`
+    listing every bad line as ``SOURCE:LINE: field: message``.
     """
     out: list[WorkloadLine] = []
     errors: list[str] = []

@@ -1,6 +1,7 @@
-"""Helpers of the manager-API fault tests (test_api_faults.py): a burst of small Workloads, an
-incremental placement tracker, a hook that answers 409 to each workload's first write attempt,
-and readers of what the dispatcher wrote and where the copies went."""
+"""Helpers of the manager-API fault tests (test_api_faults.py): a burst of small Jobs (and the
+names of the Workloads Kueue makes for them), an incremental placement tracker, a hook that
+answers 409 to each workload's first write attempt, and readers of what the dispatcher wrote and
+where the copies went."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from dispatcher.sandbox.fakeapi.errors import conflict
 from dispatcher.sandbox.fakeapi.faults import JournalEntry
 from dispatcher.sandbox.fakeapi.server import FakeCluster
 from dispatcher.sandbox.kubeclient import WORKLOADS
+from dispatcher.sandbox.kueue.jobs import workload_name_for_job
 from dispatcher.sandbox.testkit import FIELD_MANAGER, Nomination, on_status_writes
 from dispatcher.sandbox.topology import WorkloadLine
 
@@ -32,17 +34,17 @@ WORKERS = ("worker-a100", "worker-h100", "worker-cpu")
 STATUS_WRITE = re.compile(r"/workloads/([^/]+)/status$")
 
 
-def small_cpu_workloads(prefix: str, count: int) -> list[WorkloadLine]:
-    """``count`` Workloads of 100m CPU and 256Mi each (all of them fit on worker-cpu alone:
-    50 CPU and 125Gi of its 128 CPU / 512Gi quota; the manager's quota is 352 CPU / 2304Gi).
+def small_cpu_jobs(prefix: str, count: int) -> list[WorkloadLine]:
+    """``count`` suspended Jobs of 100m CPU and 256Mi each, as a user submits them (all of them
+    fit on worker-cpu alone: 50 CPU and 125Gi of its 128 CPU / 512Gi quota; the manager's quota
+    is 352 CPU / 2304Gi).
 
-    Prebuilt Workloads, not Jobs: the dispatcher sees the same manager Workloads either way, and
-    the emulated job integration costs the shared machine more CPU than the dispatcher does.
+    Jobs, not bare Workloads: Kueue's MultiKueue rejects a Workload no Job owns (C22, "No
+    multikueue adapter found"); the emulated Job integration makes each Job's Workload.
     """
     return [
         WorkloadLine.model_validate(
             {
-                "kind": "Workload",
                 "name": f"{prefix}-{i}",
                 "namespace": "team-b",
                 "count": 1,
@@ -51,6 +53,18 @@ def small_cpu_workloads(prefix: str, count: int) -> list[WorkloadLine]:
         )
         for i in range(count)
     ]
+
+
+def workload_names(created: list[Obj]) -> set[str]:
+    """The manager Workload names Kueue's Job integration gives the created Jobs
+    (``job-<name>-<hash>``)."""
+    return {workload_name_for_job(o["metadata"]["name"], o["metadata"]["uid"]) for o in created}
+
+
+def workload_name_pattern(job: str) -> str:
+    """A regular expression for the name of the Workload of Job ``job`` before it exists (its
+    hash suffix depends on the Job's uid)."""
+    return f"job-{re.escape(job)}-[0-9a-f]{{5}}"
 
 
 @dataclass

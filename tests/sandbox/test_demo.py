@@ -168,6 +168,27 @@ def test_bad_input_files_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert cli_main(["sandbox", "--topology", str(tmp_path / "missing.yaml")]) == 2
 
 
+def test_c22_workload_lines_for_the_manager_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 14 item 1 (C22): the demo submits to the MultiKueue manager, which rejects a
+    Workload no Job owns; a ``kind: Workload`` line is bad input, named by line and field."""
+    workloads = tmp_path / "w.jsonl"
+    workloads.write_text(json.dumps({"kind": "Workload", "name": "bare"}) + "\n")
+    assert cli_main(["sandbox", "--workloads", str(workloads)]) == 2
+    assert f'{workloads}:1: kind: "Workload" cannot be submitted to the MultiKueue manager' in (
+        capsys.readouterr().err
+    )
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(
+        json.dumps({"arrival": 0, "kind": "Workload", "name": "bare", "runSeconds": 1}) + "\n"
+    )
+    assert cli_main(["sandbox", "--trace", str(trace)]) == 2
+    assert f'{trace}: default/bare: kind: "Workload" cannot be submitted' in (
+        capsys.readouterr().err
+    )
+
+
 # --- the demo ----------------------------------------------------------------------------------
 
 

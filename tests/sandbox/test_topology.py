@@ -31,6 +31,7 @@ from dispatcher.sandbox.topology import (
     TopologyError,
     WorkloadFileError,
     apply_topology,
+    check_manager_lines,
     default_topology,
     demo_workloads,
     generic_topology,
@@ -497,20 +498,23 @@ def test_c71_demo_workload_mix_fits_the_default_topology() -> None:
 
 
 async def test_s18_submit_workloads_creates_jobs_and_workloads(crds_dir: Path) -> None:
+    """A workload file for the manager holds Jobs; ``submit_workloads`` also creates the
+    prebuilt Workload of a ``kind: Workload`` line (for a worker's own Kueue, which admits
+    prebuilt Workloads: no MultiKueue there)."""
     topology = generic_topology([])
     async with (
         clusters_for(["manager"], crds_dir) as fakes,
         KubeClient(fakes["manager"].kubeconfig) as kube,
     ):
         await apply_topology(topology, {"manager": kube})
-        lines = parse_workload_lines(
-            [
-                json.dumps({"name": "j", "priorityClass": "high", "runSeconds": 1}),
-                json.dumps({"kind": "Workload", "name": "w", "priorityClass": "low"}),
-            ],
+        [job_line] = parse_workload_lines(
+            [json.dumps({"name": "j", "priorityClass": "high", "runSeconds": 1})],
             topology=topology,
         )
-        created = await submit_workloads(kube, lines, topology)
+        [workload_line] = parse_workload_lines(
+            [json.dumps({"kind": "Workload", "name": "w", "priorityClass": "low"})]
+        )
+        created = await submit_workloads(kube, [job_line, workload_line], topology)
         assert [(o["kind"], o["metadata"]["name"]) for o in created] == [
             ("Job", "j"),
             ("Workload", "w"),
@@ -519,3 +523,35 @@ async def test_s18_submit_workloads_creates_jobs_and_workloads(crds_dir: Path) -
         assert (
             fakes["manager"].journal.entries()[-1].field_manager == "multikueue-dispatcher-sandbox"
         )
+
+
+def test_c22_workload_lines_refused_for_the_manager(tmp_path: Path) -> None:
+    """C22 (issue 14 item 1): Kueue's MultiKueue rejects a Workload no Job owns, so a workload
+    file checked against a topology (lines for its manager) refuses ``kind: Workload`` lines,
+    naming the line and the field; lines built in code get the same from
+    ``check_manager_lines`` (``Environment.submit`` calls it)."""
+    path = tmp_path / "mix.jsonl"
+    path.write_text(
+        "\n".join(
+            [
+                json.dumps({"name": "job"}),
+                json.dumps({"kind": "Workload", "name": "bare", "namespace": "team-a"}),
+                json.dumps({"kind": "Job", "name": "explicit"}),
+            ]
+        )
+    )
+    expected = (
+        'kind: "Workload" cannot be submitted to the MultiKueue manager: Kueue rejects a '
+        'Workload that no Job owns ("No multikueue adapter found", C22); remove "kind" to '
+        "submit a Job"
+    )
+    with pytest.raises(WorkloadFileError) as raised:
+        load_workloads(path, default_topology())
+    assert str(raised.value).splitlines() == [f"{path}:2: {expected}"]
+
+    lines = load_workloads(path)  # without a topology (a worker, a model): accepted
+    assert [line.kind for line in lines] == ["Job", "Workload", "Job"]
+    with pytest.raises(WorkloadFileError) as raised:
+        check_manager_lines(lines)
+    assert str(raised.value).splitlines() == [f"team-a/bare: {expected}"]
+    check_manager_lines([lines[0], lines[2]])  # Jobs pass
