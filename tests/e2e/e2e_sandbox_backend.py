@@ -31,6 +31,7 @@ from e2e_backend import WORKERS, KubeBackend, KueueMode, Timeouts
 from dispatcher.app.manager import run_manager
 from dispatcher.app.settings import load_settings
 from dispatcher.sandbox.environment import DISPATCHER_NAME, Environment, environment
+from dispatcher.sandbox.real.plane import KueueOptions
 from dispatcher.sandbox.serve import BUILTIN_DISPATCHERS
 from dispatcher.sandbox.topology import load_topology
 
@@ -123,7 +124,12 @@ class SandboxBackend(KubeBackend):
         stop, done = anyio.Event(), anyio.Event()
         self._env_stop, self._env_done = stop, done
         name = DISPATCHER_NAME if mode == "external" else BUILTIN_DISPATCHERS[mode]
-        kueue: dict[str, Any] = {"version": self.kueue_version}
+        # The real backend's Kueue runs with workerLostTimeout 15 s (KueueOptions); the same
+        # here, so a lost worker is given up at the same moment on both (C29, S13).
+        kueue: dict[str, Any] = {
+            "version": self.kueue_version,
+            "worker_lost_timeout_seconds": float(KueueOptions().worker_lost_timeout.rstrip("s")),
+        }
         if mode == "incremental":
             kueue["incremental_step_size"] = 1  # S10: Incremental with stepSize 1
         try:

@@ -28,6 +28,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+import aiohttp
 import anyio
 import anyio.abc
 
@@ -191,6 +192,17 @@ class JobFinisher:
                         field_manager=JOB_CONTROLLER,
                     )
                     self.writes += 1
+                except (OSError, TimeoutError, aiohttp.ClientError) as error:
+                    # The worker's API server is down (a test took it off the network): try
+                    # again later instead of ending the finisher and the backend with it.
+                    log.info(
+                        "%s: Job %s/%s status: %s",
+                        self.name,
+                        meta["namespace"],
+                        meta["name"],
+                        error,
+                    )
+                    again = 0.5
                 except KubeError as error:
                     if error.status not in (404, 409):
                         log.warning(

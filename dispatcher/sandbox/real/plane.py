@@ -483,8 +483,11 @@ class RealCluster:
         )
 
     async def stop_apiserver(self) -> None:
-        """Stop the API server (its clients get refused connections until it is back)."""
-        await self.apiserver.stop()
+        """Take the API server off at once, as a network loss does: SIGKILL, so its clients get
+        refused connections from this moment until it is back. A graceful SIGTERM lets
+        kube-apiserver serve for up to 20 s more while it drains, during which Kueue could
+        still create and admit copies on a worker a test considers lost."""
+        self.apiserver.kill()
 
     async def install_kueue_api(self, remedy: Remedy) -> None:
         """Kueue's CRDs, its namespace, webhook configurations and (with ``policy``) the
