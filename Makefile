@@ -8,8 +8,17 @@ STAMP  := $(VENV)/.installed
 PLUGIN_DIRS := $(wildcard plugins/*/pyproject.toml)
 KUEUE_CRDS_DIR ?= $(abspath ../shared/kueue-v0.19.2/crds)
 export KUEUE_CRDS_DIR
+# The e2e tests' traces (tests/e2e/e2e_trace.py), one folder per backend and Kueue version, and
+# the differential report (docs/emulation-fidelity.md). Each run target removes its own folder
+# first, so that a folder only ever holds that run's traces and stale traces never pass.
+TRACE_DIR ?= build/traces
+MKD_TRACE_DIR := $(abspath $(TRACE_DIR))
+export MKD_TRACE_DIR
+DIFFERENTIAL_REPORT ?= build/differential/report.md
+# What runs on real Kueue: the S-scenarios, the seeded mix and the fidelity tests.
+E2E_REAL_TESTS := tests/e2e/test_e2e_scenarios.py tests/e2e/test_e2e_mix.py $(sort $(wildcard tests/e2e/test_fidelity_*.py))
 
-.PHONY: sandbox test lint typecheck imports unit audit venv clean bench real-binaries e2e-real e2e-v020
+.PHONY: sandbox test lint typecheck imports unit audit venv clean bench real-binaries e2e-real e2e-v020 differential
 
 $(STAMP): pyproject.toml $(PLUGIN_DIRS)
 	$(PYTHON) -m venv $(VENV)
@@ -44,17 +53,29 @@ real-binaries: $(STAMP)
 		echo "go not found: the real-Kueue tests (tests/real, pytest tests/e2e --backend real) will skip"; \
 	fi
 
-## Everything on pytest's default paths: the sandbox suites, tests/e2e on the sandbox, tests/real.
+## Everything on pytest's default paths: the sandbox suites, tests/e2e on the sandbox (its traces
+## in $(TRACE_DIR)/sandbox-v0.19), tests/real.
 unit: $(STAMP) real-binaries
+	rm -rf $(MKD_TRACE_DIR)/sandbox-v0.19
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-## The e2e scenarios on real kube-apiserver, etcd and Kueue v0.19.2 processes.
+## The e2e scenarios, the seeded mix and the fidelity tests on real kube-apiserver, etcd and
+## Kueue v0.19.2 processes (traces in $(TRACE_DIR)/real-v0.19).
 e2e-real: $(STAMP) real-binaries
-	$(BIN)/pytest tests/e2e/test_e2e_scenarios.py --backend real $(PYTEST_ARGS)
+	rm -rf $(MKD_TRACE_DIR)/real-v0.19
+	$(BIN)/pytest $(E2E_REAL_TESTS) --backend real $(PYTEST_ARGS)
 
 ## The e2e scenarios on the sandbox with the emulation's Kueue v0.20 mode.
 e2e-v020: $(STAMP)
+	rm -rf $(MKD_TRACE_DIR)/sandbox-v0.20
 	$(BIN)/pytest tests/e2e/test_e2e_scenarios.py --kueue-version v0.20 $(PYTEST_ARGS)
+
+## The differential comparison of the sandbox's and real Kueue's traces (run `unit` and
+## `e2e-real` first): fails on any difference beyond the tolerances of
+## tests/differential/accepted.toml, on a scenario missing on one side and on stale traces.
+differential: $(STAMP)
+	$(BIN)/python scripts/differential.py --left $(MKD_TRACE_DIR)/sandbox-v0.19 \
+		--right $(MKD_TRACE_DIR)/real-v0.19 --report $(DIFFERENTIAL_REPORT)
 
 ## Known vulnerabilities in the installed dependencies (pip-audit, with a fallback to the package
 ## index's advisories of the latest release when pip-audit's service cannot answer; editable
@@ -64,8 +85,9 @@ audit: $(STAMP)
 	$(BIN)/python .ci/audit.py $(AUDIT_ARGS)
 
 ## The whole test suite: lint, types, layering contract, pytest (sandbox and real Kueue), the e2e
-## scenarios on real Kueue and on the emulated Kueue v0.20, then the dependency audit.
-test: lint typecheck imports unit e2e-real e2e-v020 audit
+## scenarios on real Kueue, their differential comparison with the sandbox's, the scenarios on
+## the emulated Kueue v0.20, then the dependency audit.
+test: lint typecheck imports unit e2e-real differential e2e-v020 audit
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/fake_apiserver.py

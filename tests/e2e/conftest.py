@@ -5,19 +5,39 @@ skipped, with the reason, where its binaries are not built (``python -m
 dispatcher.sandbox.real.build``), except under ``REQUIRE_REAL_BACKEND=1`` (CI), where that
 fails. The kind backend is skipped, with the reason, where docker, kind or the clusters are
 missing (``hack/kind-e2e.sh`` creates them and runs the suite).
+
+Every test that uses the backend leaves its trace (``e2e_trace.py``: what each Workload it
+submitted went through) in ``$MKD_TRACE_DIR/<backend>-<kueue version>/<test>.json`` (default
+``build/traces`` under the repository), for the differential comparison of the sandbox and
+real runs (``scripts/differential.py``, ``make differential``, issue 14).
 """
 
 from __future__ import annotations
 
+import datetime
+import functools
+import json
 import os
-from collections.abc import AsyncIterator
+import subprocess
+import time
+from collections.abc import AsyncIterator, Generator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
+from e2e_trace import TRACE_FORMAT, recorder_of, trace_file_name
 
 BACKENDS = ("sandbox", "real", "kind")
 KUEUE_VERSIONS = ("v0.19", "v0.20")
+ROOT = Path(__file__).resolve().parents[2]
+TRACE_DIR_ENV = "MKD_TRACE_DIR"
+DEFAULT_TRACE_DIR = ROOT / "build" / "traces"
+# Before a trace is written, the run is given time to come to rest, so that the final state
+# is not caught in the middle of a write Kueue was about to make: until no watch event arrived
+# for SETTLE_QUIET seconds, at most SETTLE_MAX seconds (the same on every backend).
+SETTLE_QUIET = 1.0
+SETTLE_MAX = 5.0
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -91,3 +111,100 @@ async def backend(
     version = kueue_version(request.config)
     async with SandboxBackend(tmp_path_factory.mktemp("e2e"), crds, version) as sandbox:
         yield sandbox
+
+
+# --- the differential trace (issue 14) --------------------------------------------------------
+
+REPORTS = pytest.StashKey[dict[str, pytest.TestReport]]()
+SESSION_STARTED = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+def trace_dir(config: pytest.Config) -> Path:
+    """Where this run's traces go: ``$MKD_TRACE_DIR`` (else ``build/traces``), then
+    ``<backend>-<kueue version>``."""
+    base = Path(os.environ.get(TRACE_DIR_ENV) or DEFAULT_TRACE_DIR)
+    return base / f"{backend_name(config)}-{kueue_version(config)}"
+
+
+@functools.cache
+def git_state() -> tuple[str, bool]:
+    """The checked-out commit and whether tracked files differ from it (``unknown`` without
+    git)."""
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+        changed = subprocess.run(
+            ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown", False
+    return commit, bool(changed)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item) -> Generator[None, pytest.TestReport, Any]:
+    """Keep each phase's report on the item, for the trace's test outcome."""
+    report = yield
+    item.stash.setdefault(REPORTS, {})[report.when] = report
+    return report
+
+
+def outcome_of(item: pytest.Item) -> str:
+    """``passed``, ``failed`` or ``skipped`` (the call), ``error`` when set-up failed."""
+    reports = item.stash.get(REPORTS, {})
+    call = reports.get("call")
+    if call is None:
+        setup = reports.get("setup")
+        return "skipped" if setup is not None and setup.skipped else "error"
+    return str(call.outcome)
+
+
+@pytest.fixture(autouse=True)
+def e2e_trace(request: pytest.FixtureRequest) -> None:
+    """Every test that uses the backend leaves its trace (see the module docstring)."""
+    if "backend" in request.fixturenames:
+        request.getfixturevalue("e2e_trace_writer")
+
+
+@pytest.fixture
+async def e2e_trace_writer(request: pytest.FixtureRequest, backend: Any) -> AsyncIterator[None]:
+    """Mark the start, and after the test write what was submitted since (the test's trace)."""
+    recorder = recorder_of(backend)
+    since = recorder.mark()
+    started = time.monotonic()
+    yield
+    took = time.monotonic() - started
+    with anyio.move_on_after(SETTLE_MAX) as settling:
+        while True:
+            with anyio.move_on_after(SETTLE_QUIET) as quiet:
+                await recorder.next_event()
+            if quiet.cancelled_caught:
+                break
+    commit, dirty = git_state()
+    trace = {
+        "format": TRACE_FORMAT,
+        "test": request.node.nodeid,
+        "backend": backend_name(request.config),
+        "kueueVersion": kueue_version(request.config),
+        "commit": commit,
+        "dirty": dirty,
+        "session": SESSION_STARTED,
+        "writtenAt": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "outcome": outcome_of(request.node),
+        "seconds": round(took, 1),
+        "settled": not settling.cancelled_caught,
+        **recorder.export(since),
+    }
+    folder = trace_dir(request.config)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / trace_file_name(request.node.nodeid)
+    path.write_text(json.dumps(trace, indent=1, sort_keys=True) + "\n")

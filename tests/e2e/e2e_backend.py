@@ -34,6 +34,7 @@ from typing import Any, Literal, Protocol, TypeVar
 import aiohttp
 import anyio
 import anyio.abc
+from e2e_trace import record
 from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -368,6 +369,7 @@ class KubeBackend:
         self.views.clear()
 
     def _observed(self, cluster: str, key: str, obj: Obj) -> None:
+        record(self, cluster, key, obj)  # the differential trace (e2e_trace.py, issue 14)
         if obj and key == "workloads":
             name = obj["metadata"]["name"]
             history = self.history.setdefault(name, History())
@@ -574,3 +576,120 @@ class KubeBackend:
             )
 
         await self.wait_for(clean, "every Job and Workload deleted", self.timeouts.long)
+
+    # --- direct controls of one cluster (tests/e2e/test_fidelity_worker.py, issue 14) ---------
+
+    async def create_job_on(self, cluster: str, body: Obj) -> None:
+        """Create a Job on ``cluster`` exactly as given (no adaptation of the body)."""
+        await client.BatchV1Api(self.apis[cluster]).create_namespaced_job(NAMESPACE, body)
+
+    async def patch_job_status_on(self, cluster: str, name: str, status: Obj) -> None:
+        """Merge-patch a Job's ``/status`` on ``cluster``, as the controller named by the Job's
+        ``spec.managedBy`` would."""
+        await client.BatchV1Api(self.apis[cluster]).patch_namespaced_job_status(
+            name, NAMESPACE, {"status": status}, _content_type="application/merge-patch+json"
+        )
+
+    def job_on(self, cluster: str, name: str) -> Obj | None:
+        """A Job of ``cluster`` as last observed."""
+        found = self.views[cluster].objects["jobs"].get(name)
+        return copy.deepcopy(found) if found is not None else None
+
+    def workload_of_job_on(self, cluster: str, job: str) -> Obj | None:
+        """The Workload owned by Job ``job`` on ``cluster`` (a worker's own Job too), as last
+        observed."""
+        for obj in self.views[cluster].objects["workloads"].values():
+            if owner_job(obj) == job:
+                return copy.deepcopy(obj)
+        return None
+
+    async def create_kueue_object(self, cluster: str, plural: str, body: Obj) -> None:
+        """Create a Kueue (v1beta2) object on ``cluster``; namespaced when the body names a
+        namespace."""
+        objects = client.CustomObjectsApi(self.apis[cluster])
+        namespace = body["metadata"].get("namespace")
+        if namespace:
+            await objects.create_namespaced_custom_object(
+                KUEUE_GROUP, KUEUE_VERSION, namespace, plural, body
+            )
+        else:
+            await objects.create_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, plural, body)
+
+    async def read_kueue_object(
+        self, cluster: str, plural: str, name: str, namespace: str | None = None
+    ) -> Obj:
+        """GET a Kueue (v1beta2) object of ``cluster`` (cluster-scoped without ``namespace``)."""
+        objects = client.CustomObjectsApi(self.apis[cluster])
+        if namespace:
+            found: Obj = await objects.get_namespaced_custom_object(
+                KUEUE_GROUP, KUEUE_VERSION, namespace, plural, name
+            )
+        else:
+            found = await objects.get_cluster_custom_object(
+                KUEUE_GROUP, KUEUE_VERSION, plural, name
+            )
+        return found
+
+    async def patch_cluster_kueue_object(
+        self, cluster: str, plural: str, name: str, patch: Obj
+    ) -> None:
+        """Merge-patch a cluster-scoped Kueue (v1beta2) object of ``cluster`` (a ClusterQueue's
+        spec, say)."""
+        await client.CustomObjectsApi(self.apis[cluster]).patch_cluster_custom_object(
+            KUEUE_GROUP,
+            KUEUE_VERSION,
+            plural,
+            name,
+            patch,
+            _content_type="application/merge-patch+json",
+        )
+
+    async def delete_kueue_object(
+        self, cluster: str, plural: str, name: str, namespace: str | None = None
+    ) -> None:
+        """Delete a Kueue (v1beta2) object of ``cluster``; one already gone is fine."""
+        objects = client.CustomObjectsApi(self.apis[cluster])
+        with contextlib.suppress(ApiException):
+            if namespace:
+                await objects.delete_namespaced_custom_object(
+                    KUEUE_GROUP, KUEUE_VERSION, namespace, plural, name
+                )
+            else:
+                await objects.delete_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, plural, name)
+
+    async def workloads_version(self, cluster: str) -> str:
+        """The resourceVersion of ``cluster``'s Workload collection in the scenario namespace
+        (to replay every change after it, :meth:`replay_workloads`)."""
+        listed = await client.CustomObjectsApi(self.apis[cluster]).list_namespaced_custom_object(
+            KUEUE_GROUP, KUEUE_VERSION, NAMESPACE, "workloads", limit=1
+        )
+        return str(listed["metadata"]["resourceVersion"])
+
+    async def replay_workloads(
+        self, cluster: str, since: str, until: Callable[[Obj], bool], within: float
+    ) -> list[Obj]:
+        """Every version of ``cluster``'s Workloads written after resourceVersion ``since``, in
+        order, up to the first one for which ``until`` holds (a watch from ``since``: nothing in
+        between is missed, unlike a mirror that may have been re-listed)."""
+        objects = client.CustomObjectsApi(self.apis[cluster])
+        seen: list[Obj] = []
+        version = since
+        with anyio.fail_after(within):
+            while True:
+                async with watch.Watch() as stream:
+                    async for event in stream.stream(
+                        objects.list_namespaced_custom_object,
+                        KUEUE_GROUP,
+                        KUEUE_VERSION,
+                        NAMESPACE,
+                        "workloads",
+                        resource_version=version,
+                        timeout_seconds=10,
+                    ):
+                        obj = event["object"]
+                        version = obj["metadata"].get("resourceVersion") or version
+                        if event["type"] not in ("ADDED", "MODIFIED"):
+                            continue
+                        seen.append(obj)
+                        if until(obj):
+                            return seen

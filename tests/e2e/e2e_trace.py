@@ -1,0 +1,456 @@
+"""The observable trace of every Workload an e2e test creates, for the differential comparison.
+
+Issue 14's differential runner runs one scenario on the ``sandbox`` backend (emulated Kueue)
+and on the ``real`` backend (Kueue v0.19.2 processes) and compares what each run showed. This
+module records what a run shows: the :class:`ClusterView` mirrors of ``e2e_backend`` hand every
+watch event to :func:`record`, which keeps, per manager Workload (one per submitted Job; a Job
+name submitted again later, as S10 does once per Kueue dispatcher, gets one entry per
+submission, in order):
+
+- the nominations written (``status.nominatedClusterNames``, each distinct value in order);
+- ``status.clusterName`` (each distinct value in order: the admission cluster);
+- the manager conditions (every change of a type's status or reason, in order) and the
+  AdmissionCheck states (every change of a check's state);
+- per worker, the remote copies (``kueue.x-k8s.io/multikueue-origin`` label) appearing and
+  disappearing, the copies' own condition changes, and the quota each copy holds while its
+  ``QuotaReserved`` is True (``status.admission``: ClusterQueue, flavors, resource usage);
+- the number of remote copies ever created (distinct copy uids) and the final state.
+
+Times are seconds since the Job was first seen on the manager (its submission, as observed),
+taken when the event reached this process; ``write`` numbers the observed revisions of an
+object (1 = the first seen), so changes made in one write share a number.
+
+Workloads a worker's own Kueue creates for a Job submitted directly to it (S6's preemptor)
+are recorded under ``local``: their condition changes and quota.
+
+The conftest's autouse fixture takes a :func:`mark` before each test and writes
+:func:`export` of what was submitted after it to ``<trace dir>/<backend>-<kueue version>/
+<test>.json``; ``scripts/differential.py`` compares two such directories.
+
+Nothing here imports ``e2e_backend`` (which imports this module): the few Kueue names it needs
+are repeated below.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import weakref
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+Obj = dict[str, Any]
+
+TRACE_FORMAT = 1
+ORIGIN_LABEL = "kueue.x-k8s.io/multikueue-origin"  # C32, C41: marks a remote copy
+COPY_GRACE = 0.5
+
+
+def _round(seconds: float) -> float:
+    return round(seconds, 3)
+
+
+def _owner(obj: Obj, kind: str = "Job") -> tuple[str, str] | None:
+    """``(name, uid)`` of the owner of that kind."""
+    for owner in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if owner.get("kind") == kind:
+            return str(owner.get("name", "")), str(owner.get("uid", ""))
+    return None
+
+
+def _conditions(obj: Obj) -> dict[str, tuple[str, str, str]]:
+    """type → (status, reason, message)."""
+    out = {}
+    for item in (obj.get("status") or {}).get("conditions") or []:
+        out[str(item.get("type"))] = (
+            str(item.get("status", "")),
+            str(item.get("reason", "")),
+            str(item.get("message", "")),
+        )
+    return out
+
+
+def _checks(obj: Obj) -> dict[str, tuple[str, str]]:
+    """AdmissionCheck name → (state, message)."""
+    out = {}
+    for item in (obj.get("status") or {}).get("admissionChecks") or []:
+        out[str(item.get("name"))] = (str(item.get("state", "")), str(item.get("message", "")))
+    return out
+
+
+def quota_held(obj: Obj) -> Obj | None:
+    """What a Workload holds of its ClusterQueue's quota: None unless ``QuotaReserved`` is
+    True, else the ClusterQueue and, per pod set, the flavor of each resource and the usage."""
+    if _conditions(obj).get("QuotaReserved", ("",))[0] != "True":
+        return None
+    admission = (obj.get("status") or {}).get("admission") or {}
+    pod_sets = []
+    for item in admission.get("podSetAssignments") or []:
+        pod_sets.append(
+            {
+                "name": str(item.get("name", "")),
+                "count": item.get("count"),
+                "flavors": {str(k): str(v) for k, v in (item.get("flavors") or {}).items()},
+                "usage": {str(k): str(v) for k, v in (item.get("resourceUsage") or {}).items()},
+            }
+        )
+    return {"clusterQueue": str(admission.get("clusterQueue", "")), "podSets": pod_sets}
+
+
+@dataclass
+class _Object:
+    """The changes seen of one object (a Workload on one cluster)."""
+
+    name: str
+    uid: str
+    first_seen: float
+    writes: int = 0
+    last_rv: str = ""
+    gone_at: float | None = None
+    last: Obj = field(default_factory=dict)
+    conditions: list[Obj] = field(default_factory=list)
+    quota: list[Obj] = field(default_factory=list)
+    _conditions_now: dict[str, tuple[str, str]] = field(default_factory=dict)
+    _quota_now: Obj | None = None
+
+    def seen(self, now: float, obj: Obj) -> bool:
+        """Record a new revision; False when it is one already seen."""
+        rv = str(obj["metadata"].get("resourceVersion", ""))
+        if rv and rv == self.last_rv:
+            return False
+        self.last_rv = rv
+        self.writes += 1
+        self.last = obj
+        current = _conditions(obj)
+        for kind, (status, reason, message) in sorted(current.items()):
+            if self._conditions_now.get(kind) != (status, reason):
+                self._conditions_now[kind] = (status, reason)
+                self.conditions.append(
+                    {
+                        "t": now,
+                        "write": self.writes,
+                        "type": kind,
+                        "status": status,
+                        "reason": reason,
+                        "message": message,
+                    }
+                )
+        for kind in sorted(set(self._conditions_now) - set(current)):
+            del self._conditions_now[kind]
+            self.conditions.append(
+                {
+                    "t": now,
+                    "write": self.writes,
+                    "type": kind,
+                    "status": "",
+                    "reason": "",
+                    "message": "",
+                }
+            )
+        held = quota_held(obj)
+        if held != self._quota_now:
+            self._quota_now = held
+            self.quota.append({"t": now, "write": self.writes, "held": held})
+        return True
+
+    def gone(self, now: float) -> None:
+        if self.gone_at is None:
+            self.gone_at = now
+            if self._quota_now is not None:
+                self._quota_now = None
+                self.quota.append({"t": now, "write": self.writes, "held": None})
+
+
+@dataclass
+class _Manager(_Object):
+    """A manager Workload: also its nominations, clusterName and check states."""
+
+    job: str = ""
+    job_uid: str = ""
+    nominations: list[Obj] = field(default_factory=list)
+    cluster_names: list[Obj] = field(default_factory=list)
+    checks: list[Obj] = field(default_factory=list)
+    _checks_now: dict[str, str] = field(default_factory=dict)
+
+    def seen(self, now: float, obj: Obj) -> bool:
+        if not super().seen(now, obj):
+            return False
+        status = obj.get("status") or {}
+        nominated = [str(n) for n in status.get("nominatedClusterNames") or []]
+        if not self.nominations or self.nominations[-1]["value"] != nominated:
+            self.nominations.append({"t": now, "write": self.writes, "value": nominated})
+        cluster = str(status["clusterName"]) if status.get("clusterName") else None
+        if not self.cluster_names or self.cluster_names[-1]["value"] != cluster:
+            self.cluster_names.append({"t": now, "write": self.writes, "value": cluster})
+        for name, (state, message) in sorted(_checks(obj).items()):
+            if self._checks_now.get(name) != state:
+                self._checks_now[name] = state
+                self.checks.append(
+                    {
+                        "t": now,
+                        "write": self.writes,
+                        "name": name,
+                        "state": state,
+                        "message": message,
+                    }
+                )
+        return True
+
+
+@dataclass
+class _Job:
+    """A Job seen on the manager: its first sighting is the submission time."""
+
+    name: str
+    uid: str
+    first_seen: float
+    mode: str
+
+
+class TraceRecorder:
+    """Everything :func:`record` was told, kept for the whole life of a backend (it survives
+    the backend reconnecting its mirrors, as S10 does for each Kueue dispatcher)."""
+
+    def __init__(self, mode: Callable[[], str] = lambda: "external") -> None:
+        self.mode = mode
+        self.jobs: dict[str, _Job] = {}  # uid → Job
+        self.manager: dict[str, _Manager] = {}  # Workload uid → record
+        self.copies: dict[tuple[str, str], _Object] = {}  # (worker, copy uid) → record
+        self.local: dict[tuple[str, str], _Manager] = {}  # (worker, uid) → local Workload
+        self._present: dict[tuple[str, str], dict[str, str]] = {}  # (cluster, key) → name→uid
+        self.clock: Callable[[], float] = time.monotonic
+        self._waiters: list[anyio.Event] = []
+
+    # --- recording ----------------------------------------------------------------------------
+
+    def observe(self, cluster: str, key: str, obj: Obj, current: Mapping[str, Obj]) -> None:
+        """One observation of a mirror: ``obj`` was added, changed or (when its name is no
+        longer in ``current``, the mirror's collection) deleted; an empty ``obj`` ends a list,
+        after which everything not in ``current`` is gone."""
+        if key not in ("workloads", "jobs") or (key == "jobs" and cluster != "manager"):
+            return
+        now = self.clock()
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            waiter.set()
+        present = self._present.setdefault((cluster, key), {})
+        if not obj:
+            for name, uid in list(present.items()):
+                if name not in current or _uid(current[name]) != uid:
+                    del present[name]
+                    self._gone(cluster, key, uid, now)
+            return
+        name, uid = str(obj["metadata"]["name"]), _uid(obj)
+        if name not in current:
+            if present.get(name) == uid:
+                del present[name]
+            self._gone(cluster, key, uid, now)
+            return
+        previous = present.get(name)
+        if previous is not None and previous != uid:
+            self._gone(cluster, key, previous, now)
+        present[name] = uid
+        if key == "jobs":
+            if uid not in self.jobs:
+                self.jobs[uid] = _Job(name, uid, now, self.mode())
+            return
+        if cluster == "manager":
+            owner = _owner(obj) or ("", "")
+            record = self.manager.get(uid)
+            if record is None:
+                record = _Manager(name, uid, now, job=owner[0], job_uid=owner[1])
+                self.manager[uid] = record
+            record.seen(now, obj)
+        elif (obj["metadata"].get("labels") or {}).get(ORIGIN_LABEL):
+            copy = self.copies.get((cluster, uid))
+            if copy is None:
+                copy = _Object(name, uid, now)
+                self.copies[(cluster, uid)] = copy
+            copy.seen(now, obj)
+        else:
+            owner = _owner(obj) or ("", "")
+            local = self.local.get((cluster, uid))
+            if local is None:
+                local = _Manager(name, uid, now, job=owner[0], job_uid=owner[1])
+                self.local[(cluster, uid)] = local
+            local.seen(now, obj)
+
+    def _gone(self, cluster: str, key: str, uid: str, now: float) -> None:
+        if key == "jobs":
+            return
+        if cluster == "manager":
+            found: _Object | None = self.manager.get(uid)
+        else:
+            found = self.copies.get((cluster, uid)) or self.local.get((cluster, uid))
+        if found is not None:
+            found.gone(now)
+
+    # --- exporting ----------------------------------------------------------------------------
+
+    def mark(self) -> float:
+        """A point in time: :meth:`export` keeps the Jobs first seen after it."""
+        return self.clock()
+
+    def submitted_at(self, job: str, since: float) -> float | None:
+        """When the Job ``job`` was first seen on the manager after ``since`` (clock time)."""
+        seen = [j.first_seen for j in self.jobs.values() if j.name == job and j.first_seen >= since]
+        return min(seen, default=None)
+
+    async def next_event(self) -> None:
+        """Return once the next event is observed."""
+        waiter = anyio.Event()
+        self._waiters.append(waiter)
+        await waiter.wait()
+
+    def export(self, since: float) -> Obj:
+        """The traces of the Jobs first seen on the manager at or after ``since``: ``jobs``
+        (Job name → one entry per submission, in order) and ``local`` (Job name → the
+        Workloads of Jobs submitted directly to a worker, first seen after ``since``)."""
+        jobs = sorted(
+            (j for j in self.jobs.values() if j.first_seen >= since), key=lambda j: j.first_seen
+        )
+        out: dict[str, list[Obj]] = {}
+        for job in jobs:
+            out.setdefault(job.name, []).append(self._job_trace(job))
+        local: dict[str, list[Obj]] = {}
+        for (worker, _), record in sorted(self.local.items(), key=lambda i: i[1].first_seen):
+            if record.first_seen >= since and record.job:
+                local.setdefault(record.job, []).append(
+                    {
+                        "worker": worker,
+                        "workload": record.name,
+                        "conditions": _relative(record.conditions, record.first_seen),
+                        "quota": _relative(record.quota, record.first_seen),
+                        "final": _final_of(record, []),
+                    }
+                )
+        return {"jobs": out, "local": local}
+
+    def _job_trace(self, job: _Job) -> Obj:
+        t0 = job.first_seen
+        workloads = [w for w in self.manager.values() if w.job_uid == job.uid]
+        workloads.sort(key=lambda w: w.first_seen)
+        trace: Obj = {"job": job.name, "mode": job.mode}
+        if not workloads:
+            trace.update(workload=None, final={"outcome": "no-workload"})
+            return trace
+        # A Job has one Workload (Kueue recreates it only when the Job's pod template changes,
+        # which no scenario does); should there be more, the last one is the one traced, and
+        # the count says so.
+        workload = workloads[-1]
+        trace["workloads"] = len(workloads)
+        trace["workload"] = workload.name
+        trace["nominations"] = _relative(workload.nominations, t0)
+        trace["clusterName"] = _relative(workload.cluster_names, t0)
+        trace["conditions"] = _relative(workload.conditions, t0)
+        trace["checks"] = _relative(workload.checks, t0)
+        copies: dict[str, list[Obj]] = {}
+        copy_conditions: dict[str, list[Obj]] = {}
+        quota: dict[str, list[Obj]] = {}
+        present: list[str] = []
+        created = 0
+        mine = [
+            (worker, c) for (worker, _), c in self.copies.items() if self._manager_of(c) is workload
+        ]
+        for worker, copy in sorted(mine, key=lambda item: item[1].first_seen):
+            created += 1
+            events = copies.setdefault(worker, [])
+            events.append({"t": _round(copy.first_seen - t0), "event": "appeared"})
+            if copy.gone_at is not None:
+                events.append({"t": _round(copy.gone_at - t0), "event": "disappeared"})
+            else:
+                present.append(worker)
+            copy_conditions.setdefault(worker, []).extend(_relative(copy.conditions, t0))
+            quota.setdefault(worker, []).extend(_relative(copy.quota, t0))
+        trace["copies"] = copies
+        trace["copyConditions"] = copy_conditions
+        trace["quota"] = quota
+        trace["remoteCopiesCreated"] = created
+        trace["final"] = _final_of(workload, sorted(present))
+        return trace
+
+    def _manager_of(self, copy: _Object) -> _Manager | None:
+        """The manager Workload a remote copy was made from: of those with its name, the last
+        one first seen before it (a second submission of a Job reuses the Workload name), with
+        half a second's grace for watch events of two clusters arriving out of order."""
+        same = [w for w in self.manager.values() if w.name == copy.name]
+        before = [w for w in same if w.first_seen <= copy.first_seen + COPY_GRACE]
+        return max(before, key=lambda w: w.first_seen, default=None)
+
+
+def _uid(obj: Obj) -> str:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("uid") or meta.get("name"))
+
+
+def _relative(events: list[Obj], t0: float) -> list[Obj]:
+    return [{**e, "t": _round(e["t"] - t0)} for e in events]
+
+
+def outcome(obj: Obj | None) -> str:
+    """A Workload's outcome in one word: ``deleted``, ``finished:<reason>``, ``admitted``,
+    ``evicted``, ``quota-reserved`` or ``pending``."""
+    if obj is None:
+        return "deleted"
+    conditions = _conditions(obj)
+
+    def true(kind: str) -> bool:
+        return conditions.get(kind, ("",))[0] == "True"
+
+    if true("Finished"):
+        return f"finished:{conditions['Finished'][1]}"
+    if true("Admitted"):
+        return "admitted"
+    if true("Evicted"):
+        return "evicted"
+    if true("QuotaReserved"):
+        return "quota-reserved"
+    return "pending"
+
+
+def _final_of(record: _Object, copies: list[str]) -> Obj:
+    obj = None if record.gone_at is not None else record.last
+    status = (obj or {}).get("status") or {}
+    return {
+        "outcome": outcome(obj),
+        "clusterName": status.get("clusterName") or None,
+        "conditions": {k: [s, r] for k, (s, r, _) in sorted(_conditions(obj or {}).items())},
+        "checks": {k: s for k, (s, _) in sorted(_checks(obj or {}).items())},
+        "nominated": [str(n) for n in status.get("nominatedClusterNames") or []],
+        "copies": copies,
+    }
+
+
+# --- the hook ---------------------------------------------------------------------------------
+
+_RECORDERS: weakref.WeakKeyDictionary[Any, TraceRecorder] = weakref.WeakKeyDictionary()
+
+
+def recorder_of(backend: Any) -> TraceRecorder:
+    """The recorder of a backend (created on first use; its ``mode``, when it has one, is the
+    Kueue dispatcher a Job was submitted under)."""
+    found = _RECORDERS.get(backend)
+    if found is None:
+        found = TraceRecorder(lambda: str(getattr(backend, "mode", "external")))
+        _RECORDERS[backend] = found
+    return found
+
+
+def record(backend: Any, cluster: str, key: str, obj: Obj) -> None:
+    """Called by ``KubeBackend._observed`` for every mirror event (see :meth:`observe`)."""
+    view = backend.views.get(cluster)
+    current = view.objects.get(key, {}) if view is not None else {}
+    recorder_of(backend).observe(cluster, key, obj, current)
+
+
+SANITISE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def trace_file_name(nodeid: str) -> str:
+    """The file name of a test's trace: its node id with every run of other characters than
+    letters, digits, ``.``, ``_`` and ``-`` replaced by one ``_``, the e2e folder left out."""
+    short = nodeid.removeprefix("tests/e2e/")
+    return SANITISE.sub("_", short).strip("_") + ".json"
