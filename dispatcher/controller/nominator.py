@@ -79,6 +79,9 @@ class ControllerConfig:
     stuck_after_seconds: float = 15.0
     """How long a copy may be Admitted on a worker without ``clusterName`` on the manager
     before the workload is reported stuck (the field-manager pitfall, C43)."""
+    leftover_wait_seconds: float = 15.0
+    """How long a workload without a nomination waits for Kueue to remove a copy left on a
+    worker by an earlier attempt before it is nominated anyway (see ``Nominator._leftover``)."""
     sync_grace_seconds: float = 10.0
     """After a start, how long decisions wait for every candidate worker's first connection
     attempt to have an outcome (synced, failed or unusable)."""
@@ -123,6 +126,7 @@ class Record:
     admission_reported: bool = False
     problem: str = ""
     unconfirmed: Unconfirmed | None = None
+    leftover_since: float | None = None
 
 
 def _parse_time(value: str | None) -> float | None:
@@ -357,7 +361,10 @@ class Nominator:
         await self._check_stuck(key, workload, record, current, now)
         holder = self._holding_copy(verdict.check, namespace, name)
         if holder is not None:
+            record.leftover_since = None
             return await self._keep_holder(key, workload, record, current, holder, now)
+        if await self._wait_for_leftover(key, workload, record, verdict.check, current, now):
+            return "waiting for a leftover copy to be removed"
         # Decisions are serialised with their in-flight bookkeeping: a burst must not have two
         # decisions look at the same idle cluster before either is recorded (issue 4). The
         # nomination counts as in flight from the decision on, and is rolled back if the write
@@ -434,6 +441,64 @@ class Nominator:
                     best = entry if best is None or entry < best else best
                     break
         return best[3] if best is not None else None
+
+    def _leftover(self, check: str, namespace: str, name: str) -> list[str]:
+        """The connected candidates that still hold a copy of this Workload (C32).
+
+        Called only for a workload nominated nowhere and holding quota on no worker. Kueue
+        creates copies only on nominated clusters, so such a copy is left from an earlier
+        attempt: typically the manager was evicted and requeued after a worker evicted (e.g.
+        preempted) the copy (C26), and the evicted copy is still queued on that worker. Kueue
+        removes every copy on a cluster that is not nominated at its next reconcile of the
+        workload (C31/C32), or while the manager's quota is released (C24). Nominating that
+        worker before then keeps the old copy, and with it the worker Job Kueue created at
+        the first admission: when the worker admits the old copy again, that Job runs at once,
+        and a short one finishes before Kueue's next reconcile sees the copy admitted, so the
+        manager Workload ends ``Finished`` with no ``clusterName`` (C25 finishes it from a
+        finished copy whatever the check state; seen on real Kueue v0.19.2 in the seeded mix).
+        """
+        out = []
+        candidates, _ = self.registry.candidates(check)
+        for candidate in candidates:
+            worker = candidate.worker
+            if worker is None or worker.mirror is None or not worker.connected:
+                continue
+            copy = worker.mirror.cache("workloads").get(name, namespace)
+            if copy is not None and is_copy(copy, self.config.origin):
+                out.append(candidate.name)
+        return out
+
+    async def _wait_for_leftover(
+        self,
+        key: str,
+        workload: Mapping[str, Any],
+        record: Record,
+        check: str,
+        current: tuple[str, ...],
+        now: float,
+    ) -> bool:
+        """Whether to write no nomination yet because a copy from an earlier attempt is still
+        on a worker (see :meth:`_leftover`). Its removal on the worker queues the workload
+        again; ``leftover_wait_seconds`` bounds the wait (a worker Kueue does not reach keeps
+        its copy until its garbage collector runs)."""
+        namespace, _, name = key.partition("/")
+        leftover = self._leftover(check, namespace, name) if not current else []
+        if not leftover:
+            record.leftover_since = None
+            return False
+        if record.leftover_since is None:
+            record.leftover_since = now
+        waited = now - record.leftover_since
+        if waited >= self.config.leftover_wait_seconds:
+            return False
+        message = (
+            f"not nominated yet: a copy from an earlier attempt is still on "
+            f"{', '.join(leftover)}; Kueue removes it from a worker that is not nominated"
+        )
+        if await self._event_once(workload, record, "WaitingForCopyRemoval", message, "Normal"):
+            log.info("workload %s: %s", key, message, extra={"workload": key})
+        self.queue.add_after(key, self.config.leftover_wait_seconds - waited)
+        return True
 
     async def _keep_holder(
         self,
