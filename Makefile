@@ -15,8 +15,9 @@ TRACE_DIR ?= build/traces
 MKD_TRACE_DIR := $(abspath $(TRACE_DIR))
 export MKD_TRACE_DIR
 DIFFERENTIAL_REPORT ?= build/differential/report.md
-# What runs on real Kueue: the S-scenarios, the seeded mix and the fidelity tests.
-E2E_REAL_TESTS := tests/e2e/test_e2e_scenarios.py tests/e2e/test_e2e_mix.py $(sort $(wildcard tests/e2e/test_fidelity_*.py))
+# What runs on real Kueue: the S-scenarios, the seeded mix, the leftover-copy scenario and the
+# fidelity tests.
+E2E_REAL_TESTS := tests/e2e/test_e2e_scenarios.py tests/e2e/test_e2e_mix.py tests/e2e/test_e2e_leftover_copy.py $(sort $(wildcard tests/e2e/test_fidelity_*.py))
 
 .PHONY: sandbox test lint typecheck imports unit audit venv clean bench real-binaries e2e-real e2e-v020 differential
 
