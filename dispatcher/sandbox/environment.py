@@ -9,7 +9,7 @@ workers through the kubeconfig Secrets, exactly as in a cluster.
 Kueue's side is configured as a platform team would: the manager's ``dispatcherName`` names our
 dispatcher (external mode), Kueue's workload webhook rule on ``clusterName`` (C18) is on,
 Kueue's Job webhook defaults ``spec.managedBy`` on the Jobs users create (C22,
-:mod:`dispatcher.sandbox.kueue.job_webhook`), and one remedy for the field-manager pitfall is
+:mod:`dispatcher.sandbox.kueue.jobs.job_webhook`), and one remedy for the field-manager pitfall is
 chosen (``policy``: the
 ``clear-nominated-cluster-names`` admission policy, C46, the default; ``gate``: the
 ``WorkloadRequestUseMergePatch`` feature gate, C45; ``none``: neither, to show the pitfall).
@@ -34,7 +34,7 @@ from dispatcher.sandbox.fakeapi.admission import (
 )
 from dispatcher.sandbox.kubeclient import WORKLOADS, KubeClient
 from dispatcher.sandbox.kueue.emulator import EmulatedKueue, run_kueue
-from dispatcher.sandbox.kueue.job_webhook import kueue_job_webhook, store_lookup
+from dispatcher.sandbox.kueue.jobs.job_webhook import kueue_job_webhook, store_lookup
 from dispatcher.sandbox.kueue.runtime import Clock, KueueConfig
 from dispatcher.sandbox.kueue_crds import KUEUE_GROUP, UNSERVED_API_VERSIONS
 from dispatcher.sandbox.serve import Sandbox, start_topology

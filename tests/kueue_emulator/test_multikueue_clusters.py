@@ -6,7 +6,10 @@ import pytest
 from mk_harness import CHECK, MK_CONFIG, eventually, start_env
 
 from dispatcher.sandbox.fakeapi.kubeconfig import build_kubeconfig, dump
-from dispatcher.sandbox.kueue.multikueue import KubeconfigError, validate_kubeconfig
+from dispatcher.sandbox.kueue.multikueue.multikueuecluster import (
+    KubeconfigError,
+    validate_kubeconfig,
+)
 
 
 def _kubeconfig(

@@ -27,7 +27,7 @@ from dispatcher.sandbox.kubeclient import (
     KubeClient,
     Resource,
 )
-from dispatcher.sandbox.kueue.job_webhook import (
+from dispatcher.sandbox.kueue.jobs.job_webhook import (
     JOB_WEBHOOK_NAME,
     default_job,
     kueue_job_webhook,

@@ -27,7 +27,7 @@ import pytest
 from dispatcher.kueue.eligibility import eligibility
 from dispatcher.sandbox.environment import Environment, environment
 from dispatcher.sandbox.kubeclient import KubeClient, KubeError
-from dispatcher.sandbox.kueue.multikueue import _Group, clone_for_create
+from dispatcher.sandbox.kueue.multikueue.workload import _Group, clone_for_create
 from dispatcher.sandbox.kueue.runtime import (
     MULTIKUEUE_PREEMPTION_GATE,
     Controller,
@@ -345,7 +345,7 @@ GATE_CASES = {
 async def test_v020_preemption_one_gate_at_a_time(case: str) -> None:
     """V020-PREEMPTION: the manager opens the gate of the copy blocked longest, at most one per
     ``singleClusterPreemptionTimeout`` (5 minutes), and asks to look again when it is due."""
-    from dispatcher.sandbox.kueue.multikueue import WorkloadController
+    from dispatcher.sandbox.kueue.multikueue.workload import WorkloadController
 
     now, copies, (opened, requeue) = GATE_CASES[case]
     clock = ManualClock(T0)

@@ -4,4 +4,31 @@ a v0.20 mode (``KueueConfig.version``, ``docs/kueue-versions.md``).
 Worker clusters run the core of Kueue (queues, quota reservation, admission, preemption); the
 manager runs the core plus the MultiKueue controllers. Every controller talks to its cluster only
 over HTTPS through the cluster's kubeconfig, as real Kueue would.
+
+The files follow Kueue v0.19.2's layout (``sigs.k8s.io/kueue@v0.19.2``), so that an upgrade of
+Kueue can be compared file by file:
+
+========================================  =====================================================
+emulation (``dispatcher/sandbox/kueue/``)  Kueue v0.19.2
+========================================  =====================================================
+``core.py``                               ``pkg/controller/core/`` (workload, clusterqueue,
+                                          localqueue controllers) and ``pkg/scheduler/``
+                                          (``scheduler.go``); see its docstring for the parts
+``multikueue/__init__.py``                ``pkg/controller/admissionchecks/multikueue/
+                                          controllers.go`` (``SetupControllers``)
+``multikueue/controllers.py``             ``.../multikueue/controllers.go`` (shared defaults)
+``multikueue/multikueuecluster.py``       ``.../multikueue/multikueuecluster.go``,
+                                          ``remote_client.go``
+``multikueue/admissioncheck.py``          ``.../multikueue/admissioncheck.go``
+``multikueue/workload.py``                ``.../multikueue/workload.go``, with the dispatchers
+                                          of ``pkg/controller/workloaddispatcher/`` and the GC
+                                          of ``multikueuecluster.go`` (``runGC``)
+``jobs/job_controller.py``                ``pkg/controller/jobs/job/job_controller.go``,
+                                          ``pkg/controller/jobframework/reconciler.go``
+``jobs/job_multikueue_adapter.py``        ``pkg/controller/jobs/job/job_multikueue_adapter.go``
+``jobs/job_webhook.py``                   ``pkg/controller/jobs/job/job_webhook.go``
+``runtime.py``                            shared plumbing: controller-runtime's work queue and
+                                          rate limiters, ``pkg/workload/`` status writes
+``emulator.py``                           ``cmd/kueue/main.go`` (which controllers run where)
+========================================  =====================================================
 """

@@ -64,6 +64,22 @@ above 0 (a test knob) writes ``Admitted`` apart from the reservation even withou
 checks; the reservation write also lists the ClusterQueue's admission checks (``Pending``),
 which Kueue's workload controller writes on its own, already while the workload is pending
 (``reconcileSyncAdmissionChecks``).
+
+Which Kueue v0.19.2 files each part of :class:`CoreKueue` mirrors (one class, since the parts
+share the pass's state and status writers; the scheduler is not split into its own module):
+
+* reading and the queue statuses (``_read``, ``_cq_problem``, ``_queue_statuses``,
+  ``_flavor_list``, ``_lq_status``): ``pkg/controller/core/clusterqueue_controller.go``,
+  ``localqueue_controller.go``, ``cohort_controller.go``, ``resourceflavor_controller.go`` and
+  ``pkg/cache/``;
+* the lifecycle of workloads that hold quota (``_lifecycle``, ``_sync_checks``, ``_admit``,
+  ``_evict``, ``_release``, ``_sync_requeued``, ``_deactivate``, ``_sync_preemption_gates``) and
+  :func:`sync_admitted_condition`, :func:`release_after_eviction`:
+  ``pkg/controller/core/workload_controller.go`` and ``pkg/workload/``;
+* scheduling (``_schedule_pending``, ``_pending``, ``_reserving``, ``_snapshot_inputs``,
+  ``_inadmissible``, ``_reserve``, ``_set_pending``, ``_set_gated``): ``pkg/scheduler/scheduler.go``
+  with ``pkg/scheduler/flavorassigner/`` and ``pkg/scheduler/preemption/`` (the fit and
+  preemption arithmetic itself is :mod:`dispatcher.kueue.admission`).
 """
 
 from __future__ import annotations

@@ -1,5 +1,11 @@
 """Kueue's batch/Job integration, emulated: Jobs as the entry point of MultiKueue work.
 
+Mirrors Kueue v0.19.2 ``pkg/controller/jobs/job/job_controller.go`` (the Job reconciler,
+:class:`JobReconciler`: Workload creation, start/stop, eviction release) with the generic
+``pkg/controller/jobframework/reconciler.go``; the MultiKueue hooks (:class:`.JobAdapter`,
+:func:`.remote_job_for`) are in :mod:`.job_multikueue_adapter`, the webhook in
+:mod:`.job_webhook`.
+
 This reproduces, over the API only, what Kueue v0.19's ``batch/job`` integration does
 (``kubernetes-sigs/kueue: pkg/controller/jobs/job/``, the generic reconciler of
 ``pkg/controller/jobframework/reconciler.go`` and the MultiKueue adapter
@@ -37,16 +43,16 @@ that is the Jobs that would run pods on this cluster): when unsuspended they get
 ``sandbox.multikueue-dispatcher.io/run-seconds`` annotation), they get ``succeeded``, the
 ``SuccessCriteriaMet`` and ``Complete`` conditions and ``completionTime`` (or ``Failed``). Jobs
 managed by MultiKueue (``spec.managedBy: kueue.x-k8s.io/multikueue``, the manager's copy) never
-run here: their status only comes from the worker (:meth:`JobAdapter.sync_remote_job`).
+run here: their status only comes from the worker (:meth:`.JobAdapter.sync_remote_job`).
 
-**MultiKueue hooks** (manager, C28 step 2, C33, C25, C24): :meth:`JobAdapter.sync_remote_job`
+**MultiKueue hooks** (manager, C28 step 2, C33, C25, C24): :meth:`.JobAdapter.sync_remote_job`
 first checks that a Job of that name on the worker, if any, carries this manager's origin label
 (Kueue's ``ValidateRemoteObjectOwnership``: a foreign Job is refused and the Workload is not
 admitted), then creates the Job on the winning worker (a copy of the manager Job with
 ``kueue.x-k8s.io/prebuilt-workload-name`` and ``kueue.x-k8s.io/multikueue-origin``, without
 ``managedBy``, selector and controller-managed template labels), or, once it exists, mirrors its
 ``status`` onto the manager Job (as ``determineStatusUpdate``: not while the manager Job is
-suspended and the remote one runs). :meth:`JobAdapter.remove_remote_job` deletes it, only if it
+suspended and the remote one runs). :meth:`.JobAdapter.remove_remote_job` deletes it, only if it
 carries the origin label (``DeleteRemoteObjectIfOwned``).
 
 Differences from upstream, on purpose:
@@ -95,31 +101,13 @@ from dispatcher.sandbox.kueue.runtime import (
     Controller,
     KueueConfig,
     Obj,
-    RemoteObjectNotOwned,
     condition,
-    get_metadata,
     is_true,
     timestamp,
     write_admission_status,
 )
 
 log = logging.getLogger(__name__)
-
-__all__ = [
-    "JOB_CONTROLLER_NAME",
-    "JOB_UID_LABEL",
-    "MULTIKUEUE_MANAGED_BY",
-    "RESOURCE_IN_USE_FINALIZER",
-    "RUN_SECONDS_ANNOTATION",
-    "WORKLOAD_PRIORITY_CLASS_LABEL",
-    "JobAdapter",
-    "job_pod_sets",
-    "remote_job_for",
-    "workload_for_job",
-    "workload_key_for",
-    "workload_name_for_job",
-    "workload_name_for_owner",
-]
 
 JOB_GROUP, JOB_VERSION, JOB_KIND = "batch", "v1", "Job"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
@@ -134,13 +122,6 @@ JOB_CONTROLLER_NAME = "kueue-job-controller"
 # The Kubernetes Job controller's field manager (for the status it would write).
 KUBE_JOB_CONTROLLER = "kube-controller-manager"
 DEFAULT_POD_SET = "main"  # kueue.DefaultPodSetName
-# Labels the API server puts on a Job's template; the MultiKueue adapter drops them (ManagedLabels).
-MANAGED_TEMPLATE_LABELS = (
-    "batch.kubernetes.io/controller-uid",
-    "batch.kubernetes.io/job-name",
-    "controller-uid",
-    "job-name",
-)
 OUT_OF_SYNC_MESSAGE = "The prebuilt workload is out of sync with its user job"
 PRIORITY_CLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", namespaced=False)
 
@@ -254,48 +235,6 @@ def workload_for_job(
     }
 
 
-def remote_job_for(local_job: Mapping[str, Any], workload_name: str, origin: str) -> Obj:
-    """The worker's copy of a manager Job (the MultiKueue adapter's ``SyncJob`` create path).
-
-    Metadata as ``CloneObjectMetaForCreation`` (name, namespace, labels, annotations), the whole
-    spec without ``selector``, ``managedBy`` and the controller-managed template labels, plus the
-    prebuilt-workload and origin labels.
-    """
-    meta = local_job["metadata"]
-    labels = dict(meta.get("labels") or {})
-    labels[PREBUILT_WORKLOAD_LABEL] = workload_name
-    labels[ORIGIN_LABEL] = origin
-    new_meta: Obj = {"name": meta["name"], "namespace": meta["namespace"], "labels": labels}
-    if meta.get("annotations"):
-        new_meta["annotations"] = dict(meta["annotations"])
-    spec = copy.deepcopy(_job_spec(local_job))
-    spec.pop("selector", None)
-    spec.pop("managedBy", None)
-    template_labels = (spec.get("template") or {}).get("metadata", {}).get("labels")
-    if isinstance(template_labels, dict):
-        for key in MANAGED_TEMPLATE_LABELS:
-            template_labels.pop(key, None)
-    return {
-        "apiVersion": f"{JOB_GROUP}/{JOB_VERSION}",
-        "kind": JOB_KIND,
-        "metadata": new_meta,
-        "spec": spec,
-    }
-
-
-def workload_key_for(remote_job: Mapping[str, Any]) -> tuple[str, str] | None:
-    """The (namespace, name) of the Workload a worker's Job belongs to, from its prebuilt label.
-
-    Kueue's ``MultiKueueWatcher.WorkloadKeyFor``: the manager watches Jobs on the workers too, so
-    that a change of a remote Job's status reconciles (and so mirrors, C28) its Workload.
-    """
-    meta = remote_job.get("metadata") or {}
-    name = (meta.get("labels") or {}).get(PREBUILT_WORKLOAD_LABEL)
-    if not name:
-        return None
-    return (meta.get("namespace", ""), name)
-
-
 # --- small predicates --------------------------------------------------------------------------
 
 
@@ -364,15 +303,14 @@ def _workload_ready_to_run(wl: Mapping[str, Any]) -> bool:
 # --- the controller ----------------------------------------------------------------------------
 
 
-class JobAdapter(Controller):
+class JobReconciler(Controller):
     """Kueue's Job reconciler (and the Job controller's status) on one cluster.
 
     ``role`` is ``"manager"`` or ``"worker"``; the reconciler is the same, except that on a
     worker a MultiKueue Job (origin label) whose Workload copy was deleted is deleted too. Create
     the connection with (at least) :attr:`RESOURCES` (the constructor adds them when missing, so
     build the adapter before ``conn.run()`` starts), then run ``conn.run()`` and :meth:`run`.
-    On the manager, hand :meth:`sync_remote_job` and :meth:`remove_remote_job` to the MultiKueue
-    controller.
+    On the manager, use :class:`.JobAdapter` (this reconciler plus the MultiKueue hooks).
     """
 
     name = "job-adapter"
@@ -858,108 +796,3 @@ class JobAdapter(Controller):
             )
             patch.update({"succeeded": succeeded, "completionTime": now, "conditions": conditions})
         await self._patch_job_status(job, patch, KUBE_JOB_CONTROLLER)
-
-    # --- MultiKueue hooks (manager) ------------------------------------------------------------
-
-    async def sync_remote_job(
-        self, worker_client: KubeClient, local_workload: Obj, cluster_name: str
-    ) -> None:
-        """What Kueue's workload reconciler does with the Job adapter before it admits, finishes
-        or re-syncs an evicted Workload (C28 step 2, C33; C25, C26): the remote-ownership check,
-        then ``SyncJob``.
-
-        * ``ValidateRemoteObjectOwnership`` (a metadata GET): a Job of the manager Job's name
-          already on the worker without this manager's ``kueue.x-k8s.io/multikueue-origin``
-          label (a user's own Job, another manager's) is not adopted:
-          :class:`~.runtime.RemoteObjectNotOwned` is raised, the reconcile fails and is retried
-          with backoff, so the Workload is never admitted while that Job is there (C33).
-        * Absent: the Job is created (see :func:`remote_job_for`).
-        * Present: its ``status`` is copied onto the manager Job (``determineStatusUpdate``)
-          when the manager Job is unsuspended, when both are suspended (an eviction: the
-          worker's ``active`` count reaches the manager), or when the remote Job finished;
-          while the manager Job is suspended and the remote one runs, the manager Job only gets
-          ``Suspended=True`` (reason ``MultiKueueAdapter``) once, as Kueue sets it for the
-          Kubernetes 1.36 Job validation.
-
-        Workloads not owned by a Job are left alone.
-        """
-        ref = _controller_ref(local_workload)
-        if ref is None or ref.get("kind") != JOB_KIND:
-            return
-        namespace = local_workload["metadata"]["namespace"]
-        name = str(ref.get("name", ""))
-        existing = await get_metadata(worker_client, JOBS, name, namespace)
-        if existing is not None:
-            origin = ((existing.get("metadata") or {}).get("labels") or {}).get(ORIGIN_LABEL)
-            if origin != self.config.origin:
-                raise RemoteObjectNotOwned("Job", namespace, name, self.config.origin)
-        local_job = await self.client.get(JOBS, name, namespace)
-        if local_job is None:  # Kueue's SyncJob fails on the missing local Job: retried
-            raise KubeError(404, {"message": f'jobs.batch "{name}" not found'}, "GET", "jobs")
-        remote = await worker_client.get(JOBS, name, namespace)
-        if remote is None:
-            body = remote_job_for(local_job, local_workload["metadata"]["name"], self.config.origin)
-            try:
-                await worker_client.create(JOBS, body)
-            except KubeError as error:
-                if error.status != 409:
-                    raise
-            log.info("%s: created Job %s/%s on %s", self.name, namespace, name, cluster_name)
-            return
-        finished = _job_finished(remote)[0]
-        if _suspended(local_job) and not _suspended(remote) and not finished:
-            if not is_true(local_job, "Suspended"):
-                conditions = self._with_condition(
-                    local_job, "Suspended", "True", "MultiKueueAdapter", "Set by MultiKueue adapter"
-                )
-                await self._patch_job_status(local_job, {"conditions": conditions}, KUEUE_MANAGER)
-            return  # upstream: the sync is deferred until the local Job is unsuspended
-        if _suspended(local_job) and finished:
-            await self._patch_job_spec(local_job, {"suspend": False})
-        await self._mirror_status(local_job, remote.get("status") or {})
-
-    async def _mirror_status(self, local_job: Obj, remote_status: Obj) -> None:
-        """``localJob.Status = remoteJob.Status`` as one merge patch of ``/status`` (as
-        ``kueue``; keys the remote status lacks are removed); nothing when they are equal."""
-        current = local_job.get("status") or {}
-        if current == remote_status:
-            return
-        patch: Obj = {key: None for key in current if key not in remote_status}
-        patch.update(copy.deepcopy(remote_status))
-        await self._patch_job_status(local_job, patch, KUEUE_MANAGER)
-
-    async def remove_remote_job(
-        self, worker_client: KubeClient, workload: Obj, cluster_name: str
-    ) -> None:
-        """Kueue's ``DeleteRemoteObjectIfOwned`` (C24, C32, C41): the worker's Job named by
-        ``workload``'s controller owner (the manager Workload's Job, or, for the GC, the Job
-        that adopted the copy) is deleted, with background propagation, only if it carries this
-        manager's origin label; a foreign Job of that name is left alone."""
-        ref = _controller_ref(workload)
-        if ref is None or ref.get("kind") != JOB_KIND:
-            return
-        namespace = workload["metadata"]["namespace"]
-        name = str(ref.get("name", ""))
-        existing = await get_metadata(worker_client, JOBS, name, namespace)
-        if existing is None:
-            return
-        origin = ((existing.get("metadata") or {}).get("labels") or {}).get(ORIGIN_LABEL)
-        if origin != self.config.origin:
-            log.info(
-                "%s: not deleting Job %s/%s on %s: not created by this manager (origin %r)",
-                self.name,
-                namespace,
-                name,
-                cluster_name,
-                origin,
-            )
-            return
-        try:
-            await worker_client.request(
-                "DELETE", JOBS.path(namespace, name), query={"propagationPolicy": "Background"}
-            )
-        except KubeError as error:
-            if error.status != 404:
-                raise
-            return
-        log.info("%s: deleted Job %s/%s on %s", self.name, namespace, name, cluster_name)

@@ -1,108 +1,44 @@
-"""The manager's MultiKueue controllers of the emulated Kueue (contract C8–C11, C20–C41, C56–C62).
+"""The manager's MultiKueue workload reconciler: groups of a Workload and its remote copies,
+nomination (with the built-in AllAtOnce and Incremental dispatchers), copy creation, admission,
+status sync, eviction and the orphan GC.
 
-Three level-triggered controllers share one manager :class:`~.runtime.ClusterConnection`:
-
-* :class:`ClusterController` keeps one :class:`RemoteCluster` (client + informer on the remote
-  Workloads that carry the origin label) per ``MultiKueueCluster`` and reports its ``Active``
-  condition (C10, C11, C62);
-* :class:`AdmissionCheckController` reports the ``Active`` condition of the AdmissionChecks whose
-  controller is ``kueue.x-k8s.io/multikueue`` (C8);
-* :class:`WorkloadController` is Kueue's ``multikueue_workload`` reconciler (C20–C33, C36–C41),
-  with the built-in AllAtOnce and Incremental dispatchers (C56–C61), the orphan garbage
-  collector (C41), ``MultiKueue`` events and the two counters of C51.
-
-:class:`MultiKueueManager` wires them together. Compose it with the Kueue core on the same
-connection::
-
-    conn = ClusterConnection("manager", kubeconfig, [])
-    core = CoreKueue(conn, config, clock, role="manager")
-    jobs = JobAdapter(conn, config, clock, role="manager")
-    mk = MultiKueueManager(
-        conn,
-        config,
-        clock,
-        sync_remote_job=jobs.sync_remote_job,
-        remove_remote_job=jobs.remove_remote_job,
-    )
-    await run_all(conn.run, core.run, jobs.run, mk.run)
-
-Every admission-status write to a manager Workload goes through
-:func:`.runtime.write_admission_status` (server-side apply as ``kueue-admission`` with the whole
-admission body; a merge patch of the change, as ``kueue``, only under the C45 gate; strict, with
-the resourceVersion), and check-state changes of ``updateACS`` apply the one check entry as
-``kueue.x-k8s.io/multikueue``. So the field-manager pitfall of C43 reproduces exactly: when another
-field manager owns ``nominatedClusterNames`` (by server-side apply or by a merge patch), the
-admission write is refused with 422 ("clusterName and nominatedClusterNames are mutually
-exclusive"), retried with backoff, and the Workload stays unadmitted. Refused writes are kept in
-:attr:`WorkloadController.status_write_errors`.
-
-Timing (C20): Kueue's work-queue behaviour is reproduced: manager events at once, remote and
-MultiKueueConfig events after the 1 s batch period, failed reconciles retried with
-controller-runtime's backoff (5 ms doubling to 1000 s), and every request to a worker rate-limited
-as Kueue's worker clients are (v0.19: 5 QPS / burst 10 per kind; v0.20: ``clientConnection``,
-1000/1000 per worker; ``KueueConfig.worker_client_qps``). Timers that Kueue runs on its clock
-(``RequeueAfter``: Incremental rounds, ``workerLostTimeout``, the GC period) use the injected
-clock; the batch period, retries, rate limits and reconnect backoff use wall-clock time.
-
-Differences from Kueue v0.19, on purpose:
-
-* Only the ``batch/v1`` Job adapter exists (C22): a Workload without an owner is rejected with
-  "No multikueue adapter found", another owner kind with "No multikueue adapter found for owner
-  kind ...", as upstream; Jobs must have ``spec.managedBy: kueue.x-k8s.io/multikueue`` (the
-  sandbox's Job webhook defaults it, :mod:`.job_webhook`). The ``kueue.x-k8s.io/job-owner-gvk``
-  annotations of multi-owner integrations (LeaderWorkerSet) are not read.
-* Remote copies are read from a per-cluster informer (label ``kueue.x-k8s.io/multikueue-origin``)
-  instead of a GET per reconcile (the GET is still charged to the worker's rate limiter); creates
-  and deletes tolerate 409/404 from a stale cache.
-* Kueue's manager client is limited to ``clientConnection`` (300 QPS / burst 500 in v0.19); the
-  emulation's manager client is not limited.
-* Kueue re-sends the admission write (a no-op) and its "admitted" Event on every reconcile of an
-  admitted Workload; the emulation writes and records the Event once.
-* The emulated worker finishes a copy after its run time even before the copy's Job exists; such
-  a finish is not taken before the admission is recorded (with Kueue a copy of a Job's Workload
-  cannot finish before the Job that the admission creates, C33).
-* ``locationType: Path`` kubeconfigs are refused (``BadKubeConfig``): the sandbox has no pod.
-* Orchestrated preemption (C30) only in the v0.20 mode (``KueueConfig.version``), where the
-  gate is on by default (``docs/kueue-versions.md``).
-* Not modelled: LeaderWorkerSet followers and elastic
-  workloads (C32), ClusterProfile sources (reported as ``MultiKueueClusterProfileFeatureDisabled``),
-  the webhook of C18 (a fake API server hook, not this controller).
+Mirrors Kueue v0.19.2 ``pkg/controller/admissionchecks/multikueue/workload.go``
+(``wlReconciler``, ``wlGroup``, ``cloneForCreate``). The AllAtOnce and Incremental nomination
+(Kueue: ``workload.go``'s ``nominateAndSynchronizeWorkers`` and
+``pkg/controller/workloaddispatcher/incrementaldispatcher.go``) stays inside
+:meth:`WorkloadController._nominate_and_sync`, which interleaves it with the controller's state;
+the orphan GC (Kueue: ``multikueuecluster.go``, ``runGC``) is :meth:`WorkloadController.run_gc`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import collections
-import contextlib
 import copy
 import datetime
-import ipaddress
 import logging
-import re
-import ssl
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
-
-import aiohttp
-import yaml
 
 from dispatcher.sandbox.kubeclient import (
     ADMISSION_CHECKS,
     EVENTS,
     JOBS,
-    MULTIKUEUE_CLUSTERS,
     MULTIKUEUE_CONFIGS,
-    SECRETS,
     WORKLOADS,
-    Informer,
-    KubeClient,
     KubeError,
     Resource,
 )
+from dispatcher.sandbox.kueue.multikueue.controllers import (
+    TRANSIENT,
+    Key,
+    RemoveRemoteJob,
+    SyncRemoteJob,
+    _key,
+    _Loop,
+)
+from dispatcher.sandbox.kueue.multikueue.multikueuecluster import ClusterController, RemoteCluster
 from dispatcher.sandbox.kueue.runtime import (
     ALL_AT_ONCE,
     INCREMENTAL,
@@ -110,17 +46,13 @@ from dispatcher.sandbox.kueue.runtime import (
     MULTIKUEUE_CONTROLLER,
     MULTIKUEUE_PREEMPTION_GATE,
     ORIGIN_LABEL,
-    PREBUILT_WORKLOAD_LABEL,
     Clock,
     ClusterConnection,
-    Controller,
     Counters,
     KueueConfig,
     Obj,
-    RateLimitedKubeClient,
     RemoteObjectNotOwned,
     RetryLimiter,
-    WorkerClientLimit,
     condition,
     is_true,
     kind_of_path,
@@ -133,11 +65,6 @@ from dispatcher.sandbox.kueue.runtime import (
 )
 
 log = logging.getLogger(__name__)
-
-Key = tuple[str, str]
-
-KUEUE_GROUP = "kueue.x-k8s.io"
-SECRET_KEY = "kubeconfig"  # C10: MultiKueueConfigSecretKey
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"  # C32: dropped from remote copies
 RESOURCE_IN_USE_FINALIZER = "kueue.x-k8s.io/resource-in-use"
 JOB_MANAGED_BY = "kueue.x-k8s.io/multikueue"
@@ -146,10 +73,6 @@ EVENT_REASON = "MultiKueue"  # C51
 # C51 metric names.
 DISPATCHED_TOTAL = "multikueue_workloads_dispatched_total"
 ADMITTED_TOTAL = "multikueue_workloads_admitted_total"
-
-# C11: reconnect backoff starts at 5 s and doubles for 7 steps.
-RECONNECT_BASE_SECONDS = 5.0
-RECONNECT_MAX_STEPS = 7
 
 ERR_NO_REMOTE_CLIENT = "no remote client for nominated cluster"  # C32
 
@@ -166,24 +89,7 @@ OUT_OF_SYNC_RESET = (
     "for re-dispatch"
 )
 MAX_CONDITION_MESSAGE = 32768  # api.TruncateConditionMessage
-
-# Errors of one reconcile that Kueue returns, so that its work queue retries the key with
-# backoff (a worker may vanish mid-request, a write may be refused, a remote Job may belong to
-# someone else).
-TRANSIENT = (KubeError, OSError, TimeoutError, aiohttp.ClientError, RemoteObjectNotOwned)
 WORKLOADS_KIND = kind_of_path(WORKLOADS.path())  # the limiter of Kueue's per-reconcile GETs
-
-SyncRemoteJob = Callable[[KubeClient, Obj, str], Awaitable[None]]
-"""``sync_remote_job(worker_client, local_workload, cluster_name)`` (C28 step 2, C33)."""
-
-RemoveRemoteJob = Callable[[KubeClient, Obj, str], Awaitable[None]]
-"""``remove_remote_job(worker_client, workload, cluster_name)`` (C24, C32, C41): delete the
-worker's Job named by ``workload``'s controller owner (the manager Workload, or for the GC the
-copy) if this manager owns it."""
-
-_DNS1123_SUBDOMAIN = re.compile(
-    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-)
 
 
 def _job_terminal(job: Mapping[str, Any]) -> bool:
@@ -194,546 +100,11 @@ def _job_terminal(job: Mapping[str, Any]) -> bool:
     )
 
 
-def _key(obj: Mapping[str, Any]) -> Key:
-    meta = obj.get("metadata") or {}
-    return (meta.get("namespace", ""), meta.get("name", ""))
-
-
 def _rv(obj: Mapping[str, Any] | None) -> int:
     try:
         return int(((obj or {}).get("metadata") or {}).get("resourceVersion") or 0)
     except ValueError:
         return 0
-
-
-# --- kubeconfig validation (C62) -------------------------------------------------------------
-
-
-class KubeconfigError(Exception):
-    """The kubeconfig cannot be used; ``reason`` is the MultiKueueCluster condition reason."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
-
-
-def _valid_host(server: str) -> bool:
-    """Kueue's ``isValidHostname``: the host is an IP address or a DNS-1123 subdomain."""
-    try:
-        host = urlsplit(server).hostname or ""
-    except ValueError:
-        return False
-    try:
-        ipaddress.ip_address(host)
-        return True
-    except ValueError:
-        pass
-    return len(host) <= 253 and bool(_DNS1123_SUBDOMAIN.match(host.lower()))
-
-
-def validate_kubeconfig(text: str) -> Obj:
-    """Parse and validate a worker kubeconfig exactly as Kueue does (C62).
-
-    Raises :class:`KubeconfigError` with reason ``InsecureKubeConfig`` (as Kueue's
-    ``validateKubeconfig`` failures are reported) and Kueue's messages.
-    """
-    insecure = "InsecureKubeConfig"
-    try:
-        parsed = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise KubeconfigError(
-            insecure, f"failed to parse kubeconfig(apiconfig): {error}"
-        ) from error
-    if not isinstance(parsed, dict):
-        raise KubeconfigError(insecure, "failed to parse kubeconfig(apiconfig): not a mapping")
-    # client-go decodes the file into typed lists: another type fails the whole parse, with
-    # the JSON decoder's message (measured on Kueue v0.19.2).
-    for section, item_type in (
-        ("clusters", "NamedCluster"),
-        ("users", "NamedAuthInfo"),
-        ("contexts", "NamedContext"),
-    ):
-        value = parsed.get(section)
-        if value is not None and not isinstance(value, list):
-            kind = "string" if isinstance(value, str) else "object"
-            if isinstance(value, bool):
-                kind = "bool"
-            elif isinstance(value, int | float):
-                kind = "number"
-            raise KubeconfigError(
-                insecure,
-                f"failed to parse kubeconfig(apiconfig): json: cannot unmarshal {kind} into Go "
-                f"struct field Config.{section} of type []v1.{item_type}",
-            )
-        if isinstance(value, list) and not all(isinstance(entry, dict) for entry in value):
-            raise KubeconfigError(
-                insecure,
-                f"failed to parse kubeconfig(apiconfig): json: cannot unmarshal a non-object "
-                f"into Go struct field Config.{section} of type v1.{item_type}",
-            )
-    for entry in parsed.get("users") or []:
-        if (entry.get("user") or {}).get("tokenFile"):
-            raise KubeconfigError(insecure, "tokenFile is not allowed")
-    for entry in parsed.get("clusters") or []:
-        name, cluster = entry.get("name", ""), entry.get("cluster") or {}
-        if cluster.get("insecure-skip-tls-verify"):
-            raise KubeconfigError(
-                insecure, f"insecure TLS verification is not allowed for cluster {name}"
-            )
-        if cluster.get("certificate-authority"):
-            raise KubeconfigError(
-                insecure,
-                "certificate-authority file paths are not allowed, use "
-                f"certificate-authority-data for cluster {name}",
-            )
-        if not cluster.get("server"):
-            raise KubeconfigError(insecure, f"server URL is required for cluster {name}")
-    # The REST config of the current context (clientcmd.RESTConfigFromKubeConfig).
-    contexts = {c.get("name"): c.get("context") or {} for c in parsed.get("contexts") or []}
-    clusters = {c.get("name"): c.get("cluster") or {} for c in parsed.get("clusters") or []}
-    users = {u.get("name"): u.get("user") or {} for u in parsed.get("users") or []}
-    current = parsed.get("current-context")
-    if not current or current not in contexts:
-        raise KubeconfigError(insecure, "invalid configuration: no configuration has been provided")
-    context = contexts[current]
-    cluster = clusters.get(context.get("cluster"))
-    if cluster is None:
-        raise KubeconfigError(
-            insecure, f'invalid configuration: cluster "{context.get("cluster")}" not found'
-        )
-    user = users.get(context.get("user"), {})
-    if user.get("tokenFile"):
-        raise KubeconfigError(insecure, "bearerTokenFile is not allowed")
-    if not _valid_host(str(cluster.get("server", ""))):
-        raise KubeconfigError(insecure, "untrusted server endpoint")
-    if user.get("username") or user.get("password"):
-        raise KubeconfigError(insecure, "basic auth is not allowed")
-    if user.get("exec"):
-        raise KubeconfigError(insecure, "exec plugins are not allowed")
-    if user.get("auth-provider"):
-        raise KubeconfigError(insecure, "auth providers are not allowed")
-    return parsed
-
-
-# --- remote clusters (C10, C11, C23, C41) ----------------------------------------------------
-
-
-class RemoteCluster:
-    """A connection to one worker: a client and an informer on its copies (origin label).
-
-    The client is rate-limited as Kueue's worker clients are (``KueueConfig.worker_client_qps``,
-    C10). ``lost_since`` is when the connection was lost, on the injected clock (Kueue's
-    ``connectionState.disconnectedSince``, C29): the moment the remote was created until its
-    first connection, kept through failed reconnects, cleared once connected.
-    """
-
-    def __init__(
-        self,
-        name: str,
-        source: str,
-        kubeconfig: Mapping[str, Any],
-        origin: str,
-        on_change: Callable[[str, str, Obj], None],
-        *,
-        reconnect_base_seconds: float,
-        limit: WorkerClientLimit,
-        clock: Clock,
-    ) -> None:
-        self.name = name
-        self.source = source  # the kubeconfig text, to notice a rotation
-        self.client: KubeClient = RateLimitedKubeClient(kubeconfig, limit)
-        self._on_change = on_change
-        self._clock = clock
-        self.lost_since: datetime.datetime | None = clock.now()
-
-        def ours(resource: Resource, on_change: Callable[[str, Obj], None]) -> Informer:
-            """An informer of the objects this manager put on the worker (origin label)."""
-            return Informer(
-                self.client,
-                resource,
-                on_change,
-                label_selector=f"{ORIGIN_LABEL}={origin}",
-                initial_backoff=reconnect_base_seconds,
-                max_backoff=reconnect_base_seconds * 2 ** (RECONNECT_MAX_STEPS - 1),
-            )
-
-        self.workloads = ours(WORKLOADS, self._changed)
-        # Jobs created on this worker for the manager's Jobs (C28 step 2): their status changes
-        # are synced back to the manager Job (C25), so they wake the owning Workload's key.
-        self.jobs = ours(JOBS, self._job_changed)
-        self.failed_attempts = 0
-        self._tasks: list[asyncio.Task[None]] = []
-
-    def _job_changed(self, kind: str, obj: Obj) -> None:
-        if kind in ("SYNCED", "DISCONNECTED"):
-            return
-        meta = obj.get("metadata") or {}
-        workload = (meta.get("labels") or {}).get(PREBUILT_WORKLOAD_LABEL)
-        if workload:
-            self._on_change(
-                self.name,
-                "MODIFIED",
-                {"metadata": {"namespace": meta.get("namespace", ""), "name": workload}},
-            )
-
-    def _changed(self, kind: str, obj: Obj) -> None:
-        if kind == "DISCONNECTED":
-            self.failed_attempts += 1
-            if self.lost_since is None:
-                self.lost_since = self._clock.now()
-        elif kind == "SYNCED":
-            self.failed_attempts = 0
-            self.lost_since = None
-        self._on_change(self.name, kind, obj)
-
-    def keys(self) -> set[Key]:
-        """The manager Workloads this remote holds a copy or a Job of (what a new watch of
-        Kueue's reports at once, as ADDED events)."""
-        keys = {_key(o) for o in self.workloads.values()}
-        for job in self.jobs.values():
-            meta = job.get("metadata") or {}
-            workload = (meta.get("labels") or {}).get(PREBUILT_WORKLOAD_LABEL)
-            if workload:
-                keys.add((str(meta.get("namespace", "")), str(workload)))
-        return keys
-
-    @property
-    def connected(self) -> bool:
-        """Whether the informer has listed and its watch is up (C11 ``Active``)."""
-        return self.workloads.connected and self.workloads.synced.is_set()
-
-    def copy_of(self, key: Key) -> Obj | None:
-        """The cached remote copy of a manager Workload."""
-        return self.workloads.get(key[1], key[0])
-
-    def job_of(self, key: Key) -> Obj | None:
-        """The cached Job created on this worker for a manager Workload, if any (the cached
-        object itself: read-only)."""
-        for job in self.jobs.values():
-            meta = job.get("metadata") or {}
-            if (
-                meta.get("namespace") == key[0]
-                and (meta.get("labels") or {}).get(PREBUILT_WORKLOAD_LABEL) == key[1]
-            ):
-                return job
-        return None
-
-    def start(self) -> None:
-        """Start connecting (and reconnecting, with backoff)."""
-        loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self.workloads.run()), loop.create_task(self.jobs.run())]
-
-    async def stop(self) -> None:
-        """Stop watching and close the client."""
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._tasks = []
-        await self.client.close()
-
-
-class _Loop(Controller):
-    """A :class:`Controller` whose error retries run in wall-clock time, not the injected clock."""
-
-    def retry_soon(self, seconds: float) -> None:
-        """Mark dirty again after ``seconds`` of real time (errors, connection backoff)."""
-
-        async def later() -> None:
-            await asyncio.sleep(seconds)
-            self.mark_dirty()
-
-        task = asyncio.get_running_loop().create_task(later())
-        self._timers.add(task)
-        task.add_done_callback(self._timers.discard)
-
-    async def run(self) -> None:
-        try:
-            await super().run()
-        finally:
-            self.cancel_timers()
-
-
-def _condition_changed(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
-    if old is None:
-        return True
-    return any(old.get(f) != new.get(f) for f in ("status", "reason", "message"))
-
-
-async def _write_condition(
-    client: KubeClient,
-    resource: Resource,
-    obj: Obj,
-    kind: str,
-    value: bool,
-    reason: str,
-    message: str,
-    clock: Clock,
-) -> bool:
-    """Set one status condition (merge patch as ``kueue``) when it changed; True if written."""
-    status = copy.deepcopy(obj.get("status") or {})
-    old = condition(status, kind)
-    wanted = {"status": "True" if value else "False", "reason": reason, "message": message}
-    if not _condition_changed(old, wanted):
-        return False
-    set_condition(status, kind, value, reason, message, clock)
-    await client.merge_patch(
-        resource,
-        obj["metadata"]["name"],
-        {"status": {"conditions": status["conditions"]}},
-        subresource="status",
-        field_manager=KUEUE_MANAGER,
-    )
-    return True
-
-
-class ClusterController(_Loop):
-    """``MultiKueueCluster`` reconciler: connections and the ``Active`` condition (C10–C11, C62)."""
-
-    name = "multikueue_cluster"
-
-    def __init__(
-        self,
-        conn: ClusterConnection,
-        config: KueueConfig,
-        clock: Clock,
-        on_remote_change: Callable[[str, str, Obj], None],
-        *,
-        reconnect_base_seconds: float = RECONNECT_BASE_SECONDS,
-    ) -> None:
-        super().__init__(config, clock)
-        self.conn = conn
-        self.remotes: dict[str, RemoteCluster] = {}
-        self._lost: dict[str, datetime.datetime] = {}  # clusters whose client is gone (C29)
-        self._on_remote_change = on_remote_change
-        self.reconnect_base_seconds = reconnect_base_seconds
-
-    def connected(self, name: str) -> RemoteCluster | None:
-        """The remote of that MultiKueueCluster, if it is connected now."""
-        remote = self.remotes.get(name)
-        return remote if remote is not None and remote.connected else None
-
-    def lost_since(self, name: str) -> datetime.datetime:
-        """Since when the worker has been unreachable (Kueue's ``admittingWorkerLostSince``):
-        the recorded loss, or now when there is no remote (or it is connected)."""
-        remote = self.remotes.get(name)
-        if remote is not None and remote.lost_since is not None:
-            return remote.lost_since
-        if remote is None and name in self._lost:
-            return self._lost[name]
-        return self.clock.now()
-
-    def _remote_changed(self, cluster: str, kind: str, obj: Obj) -> None:
-        if kind in ("SYNCED", "DISCONNECTED"):
-            self.mark_dirty()
-        self._on_remote_change(cluster, kind, obj)
-
-    def _load(self, mkc: Obj) -> str:
-        """The kubeconfig text of a MultiKueueCluster (C10), or :class:`KubeconfigError`."""
-        source = (mkc.get("spec") or {}).get("clusterSource") or {}
-        kubeconfig = source.get("kubeConfig")
-        if kubeconfig is None:
-            if source.get("clusterProfileRef") is not None:
-                raise KubeconfigError(
-                    "MultiKueueClusterProfileFeatureDisabled",
-                    "MultiKueueClusterProfile feature gate is disabled",
-                )
-            raise KubeconfigError("BadKubeConfig", "kubeconfig reference is nil")
-        location = kubeconfig.get("location", "")
-        if kubeconfig.get("locationType", "Secret") == "Path":
-            raise KubeconfigError(
-                "BadKubeConfig",
-                f"kubeconfig path {location!r}: locationType Path is not supported by the "
-                "emulation; use a Secret",
-            )
-        secret = self.conn.cache(SECRETS).get(location, self.config.namespace)
-        if secret is None:
-            raise KubeconfigError("BadKubeConfig", f'secrets "{location}" not found')
-        data = (secret.get("data") or {}).get(SECRET_KEY)
-        if data is None:
-            raise KubeconfigError(
-                "BadKubeConfig", f'key "{SECRET_KEY}" not found in secret "{location}"'
-            )
-        try:
-            return base64.b64decode(data).decode()
-        except (binascii.Error, UnicodeDecodeError) as error:
-            raise KubeconfigError("BadKubeConfig", f"secret data: {error}") from error
-
-    async def _teardown(self, name: str, *, keep_loss: bool = False) -> None:
-        """Stop the remote of ``name``. ``keep_loss`` (its MultiKueueCluster still exists, only
-        its client goes): remember since when the worker has been unreachable, as Kueue keeps
-        the remote client marked disconnected (``disconnectCluster``, C29); a deleted cluster
-        forgets it (``stopAndRemoveCluster``)."""
-        remote = self.remotes.pop(name, None)
-        if keep_loss:
-            lost = remote.lost_since if remote is not None else None
-            self._lost.setdefault(name, lost or self.clock.now())
-        else:
-            self._lost.pop(name, None)
-        if remote is not None:
-            await remote.stop()
-            self._on_remote_change(name, "DISCONNECTED", {})
-
-    async def reconcile(self) -> float | None:
-        """Bring connections and ``Active`` conditions in line with the MultiKueueClusters."""
-        try:
-            return await self._reconcile()
-        except TRANSIENT as error:
-            log.info("%s: %s", self.name, error)
-            self.retry_soon(0.1)
-            return None
-
-    async def _reconcile(self) -> float | None:
-        if not (
-            self.conn.cache(MULTIKUEUE_CLUSTERS).synced.is_set()
-            and self.conn.cache(SECRETS).synced.is_set()
-        ):
-            return None
-        seen: set[str] = set()
-        for mkc in self.conn.cache(MULTIKUEUE_CLUSTERS).items():
-            name = mkc["metadata"]["name"]
-            if mkc["metadata"].get("deletionTimestamp"):
-                continue
-            seen.add(name)
-            try:
-                text = self._load(mkc)
-                kubeconfig = validate_kubeconfig(text)
-            except KubeconfigError as error:
-                await self._teardown(name, keep_loss=True)
-                await self._status(mkc, False, error.reason, f"load client config failed: {error}")
-                continue
-            remote = self.remotes.get(name)
-            if remote is None or remote.source != text:  # new, or the Secret was rotated
-                await self._teardown(name, keep_loss=True)
-                try:
-                    remote = RemoteCluster(
-                        name,
-                        text,
-                        kubeconfig,
-                        self.config.origin,
-                        self._remote_changed,
-                        reconnect_base_seconds=self.reconnect_base_seconds,
-                        limit=self.config.worker_client_limit,
-                        clock=self.clock,
-                    )
-                except (ValueError, KeyError, TypeError, ssl.SSLError, binascii.Error) as error:
-                    await self._status(mkc, False, "ClientConnectionFailed", str(error))
-                    continue
-                remote.lost_since = self._lost.pop(name, remote.lost_since)
-                self.remotes[name] = remote
-                remote.start()
-            if remote.connected:
-                await self._status(mkc, True, "Active", "Connected")
-            elif remote.failed_attempts:
-                message = remote.workloads.last_error or "connection failed"
-                await self._status(mkc, False, "ClientConnectionFailed", message)
-        for name in list(self.remotes):
-            if name not in seen:  # deleted MultiKueueCluster: tear down
-                await self._teardown(name)
-        return None
-
-    async def _status(self, mkc: Obj, value: bool, reason: str, message: str) -> None:
-        try:
-            await _write_condition(
-                self.conn.client,
-                MULTIKUEUE_CLUSTERS,
-                mkc,
-                "Active",
-                value,
-                reason,
-                message,
-                self.clock,
-            )
-        except KubeError as error:
-            if error.status != 404:
-                raise
-
-    async def close(self) -> None:
-        """Stop every remote."""
-        for name in list(self.remotes):
-            await self._teardown(name)
-
-
-class AdmissionCheckController(_Loop):
-    """The ``Active`` condition of MultiKueue AdmissionChecks (C8)."""
-
-    name = "multikueue_admissioncheck"
-
-    def __init__(self, conn: ClusterConnection, config: KueueConfig, clock: Clock) -> None:
-        super().__init__(config, clock)
-        self.conn = conn
-
-    def _wanted(self, ac: Obj) -> tuple[bool, str, str]:
-        params = (ac.get("spec") or {}).get("parameters")
-        if not params:
-            return False, "BadConfig", "Cannot load the AdmissionChecks parameters: missing"
-        if params.get("apiGroup") != KUEUE_GROUP or params.get("kind") != "MultiKueueConfig":
-            return (
-                False,
-                "BadConfig",
-                "Cannot load the AdmissionChecks parameters: unsupported parameters "
-                f"{params.get('apiGroup')}/{params.get('kind')}",
-            )
-        cfg = self.conn.cache(MULTIKUEUE_CONFIGS).get(params.get("name", ""))
-        if cfg is None:
-            return (
-                False,
-                "BadConfig",
-                "Cannot load the AdmissionChecks parameters: multikueueconfigs."
-                f'{KUEUE_GROUP} "{params.get("name", "")}" not found',
-            )
-        names = list((cfg.get("spec") or {}).get("clusters") or [])
-        missing: list[str] = []
-        inactive: list[str] = []
-        for name in names:
-            mkc = self.conn.cache(MULTIKUEUE_CLUSTERS).get(name)
-            if mkc is None:
-                missing.append(name)
-            elif not is_true(mkc, "Active"):
-                inactive.append(name)
-        unusable = len(missing) + len(inactive)
-        if not unusable:
-            return True, "Active", "The admission check is active"
-        parts = []
-        if missing:
-            parts.append(f"Missing clusters: [{' '.join(missing)}]")
-        if inactive:
-            parts.append(f"Inactive clusters: [{' '.join(inactive)}]")
-        if unusable < len(names):
-            return True, "SomeActiveClusters", ", ".join(parts)
-        return False, "NoUsableClusters", ", ".join(parts)
-
-    async def reconcile(self) -> float | None:
-        """Write every MultiKueue check's ``Active`` condition when it changed."""
-        try:
-            return await self._reconcile()
-        except TRANSIENT as error:
-            log.info("%s: %s", self.name, error)
-            self.retry_soon(0.1)
-            return None
-
-    async def _reconcile(self) -> float | None:
-        for ac in self.conn.cache(ADMISSION_CHECKS).items():
-            if (ac.get("spec") or {}).get("controllerName") != MULTIKUEUE_CONTROLLER:
-                continue
-            value, reason, message = self._wanted(ac)
-            try:
-                await _write_condition(
-                    self.conn.client,
-                    ADMISSION_CHECKS,
-                    ac,
-                    "Active",
-                    value,
-                    reason,
-                    message,
-                    self.clock,
-                )
-            except KubeError as error:
-                if error.status != 404:
-                    raise
-        return None
 
 
 # --- the workload controller (C20–C41, C56–C61) ----------------------------------------------
@@ -1680,85 +1051,3 @@ class WorkloadController(_Loop):
         while True:
             await self.clock.sleep(self.config.gc_interval_seconds)
             await self.collect_garbage()
-
-
-class MultiKueueManager:
-    """The manager's MultiKueue controllers on one manager connection.
-
-    Adds the informers it needs to ``conn`` (Workloads, AdmissionChecks, MultiKueueClusters,
-    MultiKueueConfigs, Secrets) and subscribes to it; :meth:`run` runs the controllers and the
-    GC but not ``conn.run`` (the composition root runs the connection once for every controller
-    sharing it).
-    """
-
-    def __init__(
-        self,
-        conn: ClusterConnection,
-        config: KueueConfig,
-        clock: Clock,
-        *,
-        counters: Counters | None = None,
-        sync_remote_job: SyncRemoteJob | None = None,
-        remove_remote_job: RemoveRemoteJob | None = None,
-        reconnect_base_seconds: float = RECONNECT_BASE_SECONDS,
-    ) -> None:
-        self.conn = conn
-        self.config = config
-        self.clock = clock
-        self.counters = counters if counters is not None else Counters()
-        for resource in (
-            WORKLOADS,
-            ADMISSION_CHECKS,
-            MULTIKUEUE_CLUSTERS,
-            MULTIKUEUE_CONFIGS,
-            SECRETS,
-        ):
-            conn.add_resource(resource)
-        self.clusters = ClusterController(
-            conn,
-            config,
-            clock,
-            self._remote_changed,
-            reconnect_base_seconds=reconnect_base_seconds,
-        )
-        self.checks = AdmissionCheckController(conn, config, clock)
-        self.workloads = WorkloadController(
-            conn,
-            config,
-            clock,
-            self.clusters,
-            counters=self.counters,
-            sync_remote_job=sync_remote_job,
-            remove_remote_job=remove_remote_job,
-        )
-        conn.subscribe(self._manager_changed)
-
-    def _manager_changed(self, resource: Resource, kind: str, obj: Obj) -> None:
-        if resource in (MULTIKUEUE_CLUSTERS, SECRETS):
-            self.clusters.mark_dirty()
-        if resource in (ADMISSION_CHECKS, MULTIKUEUE_CONFIGS, MULTIKUEUE_CLUSTERS):
-            self.checks.mark_dirty()
-        self.workloads.on_manager_change(resource, kind, obj)
-
-    def _remote_changed(self, cluster: str, kind: str, obj: Obj) -> None:
-        self.workloads.on_remote_change(cluster, kind, obj)
-
-    @property
-    def sync_remote_job(self) -> SyncRemoteJob | None:
-        """The Job hook called after admission detection (C28, C33)."""
-        return self.workloads.sync_remote_job
-
-    @sync_remote_job.setter
-    def sync_remote_job(self, hook: SyncRemoteJob | None) -> None:
-        self.workloads.sync_remote_job = hook
-
-    async def run(self) -> None:
-        """Run the three controllers and the GC until cancelled; then close every remote."""
-        try:
-            async with asyncio.TaskGroup() as group:
-                group.create_task(self.clusters.run())
-                group.create_task(self.checks.run())
-                group.create_task(self.workloads.run())
-                group.create_task(self.workloads.run_gc())
-        finally:
-            await self.clusters.close()

@@ -1,0 +1,108 @@
+"""The MultiKueue AdmissionCheck reconciler (its ``Active`` condition).
+
+Mirrors Kueue v0.19.2 ``pkg/controller/admissionchecks/multikueue/admissioncheck.go``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from dispatcher.sandbox.kubeclient import (
+    ADMISSION_CHECKS,
+    MULTIKUEUE_CLUSTERS,
+    MULTIKUEUE_CONFIGS,
+    KubeError,
+)
+from dispatcher.sandbox.kueue.multikueue.controllers import TRANSIENT, _Loop, _write_condition
+from dispatcher.sandbox.kueue.runtime import (
+    MULTIKUEUE_CONTROLLER,
+    Clock,
+    ClusterConnection,
+    KueueConfig,
+    Obj,
+    is_true,
+)
+
+log = logging.getLogger(__name__)
+
+KUEUE_GROUP = "kueue.x-k8s.io"
+
+
+class AdmissionCheckController(_Loop):
+    """The ``Active`` condition of MultiKueue AdmissionChecks (C8)."""
+
+    name = "multikueue_admissioncheck"
+
+    def __init__(self, conn: ClusterConnection, config: KueueConfig, clock: Clock) -> None:
+        super().__init__(config, clock)
+        self.conn = conn
+
+    def _wanted(self, ac: Obj) -> tuple[bool, str, str]:
+        params = (ac.get("spec") or {}).get("parameters")
+        if not params:
+            return False, "BadConfig", "Cannot load the AdmissionChecks parameters: missing"
+        if params.get("apiGroup") != KUEUE_GROUP or params.get("kind") != "MultiKueueConfig":
+            return (
+                False,
+                "BadConfig",
+                "Cannot load the AdmissionChecks parameters: unsupported parameters "
+                f"{params.get('apiGroup')}/{params.get('kind')}",
+            )
+        cfg = self.conn.cache(MULTIKUEUE_CONFIGS).get(params.get("name", ""))
+        if cfg is None:
+            return (
+                False,
+                "BadConfig",
+                "Cannot load the AdmissionChecks parameters: multikueueconfigs."
+                f'{KUEUE_GROUP} "{params.get("name", "")}" not found',
+            )
+        names = list((cfg.get("spec") or {}).get("clusters") or [])
+        missing: list[str] = []
+        inactive: list[str] = []
+        for name in names:
+            mkc = self.conn.cache(MULTIKUEUE_CLUSTERS).get(name)
+            if mkc is None:
+                missing.append(name)
+            elif not is_true(mkc, "Active"):
+                inactive.append(name)
+        unusable = len(missing) + len(inactive)
+        if not unusable:
+            return True, "Active", "The admission check is active"
+        parts = []
+        if missing:
+            parts.append(f"Missing clusters: [{' '.join(missing)}]")
+        if inactive:
+            parts.append(f"Inactive clusters: [{' '.join(inactive)}]")
+        if unusable < len(names):
+            return True, "SomeActiveClusters", ", ".join(parts)
+        return False, "NoUsableClusters", ", ".join(parts)
+
+    async def reconcile(self) -> float | None:
+        """Write every MultiKueue check's ``Active`` condition when it changed."""
+        try:
+            return await self._reconcile()
+        except TRANSIENT as error:
+            log.info("%s: %s", self.name, error)
+            self.retry_soon(0.1)
+            return None
+
+    async def _reconcile(self) -> float | None:
+        for ac in self.conn.cache(ADMISSION_CHECKS).items():
+            if (ac.get("spec") or {}).get("controllerName") != MULTIKUEUE_CONTROLLER:
+                continue
+            value, reason, message = self._wanted(ac)
+            try:
+                await _write_condition(
+                    self.conn.client,
+                    ADMISSION_CHECKS,
+                    ac,
+                    "Active",
+                    value,
+                    reason,
+                    message,
+                    self.clock,
+                )
+            except KubeError as error:
+                if error.status != 404:
+                    raise
+        return None
