@@ -19,7 +19,7 @@ DIFFERENTIAL_REPORT ?= build/differential/report.md
 # fidelity tests.
 E2E_REAL_TESTS := tests/e2e/test_e2e_scenarios.py tests/e2e/test_e2e_mix.py tests/e2e/test_e2e_leftover_copy.py $(sort $(wildcard tests/e2e/test_fidelity_*.py))
 
-.PHONY: sandbox test lint typecheck imports unit audit venv clean bench real-binaries e2e-real e2e-v020 differential
+.PHONY: sandbox test lint typecheck imports unit audit venv clean bench real-binaries e2e-real e2e-v020 differential new-user-mix
 
 $(STAMP): pyproject.toml $(PLUGIN_DIRS)
 	$(PYTHON) -m venv $(VENV)
@@ -86,9 +86,18 @@ audit: $(STAMP)
 	$(BIN)/python .ci/audit.py $(AUDIT_ARGS)
 
 ## The whole test suite: lint, types, layering contract, pytest (sandbox and real Kueue), the e2e
-## scenarios on real Kueue, their differential comparison with the sandbox's, the scenarios on
-## the emulated Kueue v0.20, then the dependency audit.
-test: lint typecheck imports unit e2e-real differential e2e-v020 audit
+## scenarios on real Kueue and, at the same time (their output kept apart), on the emulated Kueue
+## v0.20, the differential comparison of the sandbox's and real Kueue's traces, then the
+## dependency audit.
+test: lint typecheck imports unit
+	$(MAKE) --no-print-directory -j2 --output-sync=target e2e-real e2e-v020
+	$(MAKE) --no-print-directory differential audit
+
+## Issue 14's new user's mix (tests/sandbox/data/new-user-mix.jsonl, 50 Jobs) through the demo on
+## the sandbox and on real Kueue: every Job must end with clusterName set. Not in `make test`
+## (about 4 minutes; the seeded mix of tests/e2e/test_e2e_mix.py runs there on both backends).
+new-user-mix: $(STAMP) real-binaries
+	$(BIN)/pytest -m mix tests/sandbox/test_new_user_mix.py tests/real/test_real_new_user_mix.py $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/fake_apiserver.py

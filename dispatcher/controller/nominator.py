@@ -20,7 +20,7 @@ import datetime
 import itertools
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +30,7 @@ from opentelemetry.trace import Tracer
 
 from dispatcher.algorithms.building import queued_workload, request_from_workload
 from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest
-from dispatcher.clusters.registry import MANAGER, ClusterRegistry
+from dispatcher.clusters.registry import MANAGER, Candidate, ClusterRegistry
 from dispatcher.controller.inflight import InFlight
 from dispatcher.controller.snapshots import (
     ORIGIN_LABEL,
@@ -426,14 +426,7 @@ class Nominator:
         workload unadmittable, so the dispatcher keeps it (or puts it back).
         """
         best: tuple[int, float, int, str] | None = None
-        candidates, _ = self.registry.candidates(check)
-        for candidate in candidates:
-            worker = candidate.worker
-            if worker is None or worker.mirror is None or not worker.connected:
-                continue
-            copy = worker.mirror.cache("workloads").get(name, namespace)
-            if copy is None or not is_copy(copy, self.config.origin):
-                continue  # a same-named Workload without our origin label is not a copy
+        for candidate, copy in self._copies(check, namespace, name):
             for rank, kind in enumerate(("Admitted", "QuotaReserved")):
                 if condition_status(copy, kind) == "True":
                     since = _transition_time(copy, kind) or 0.0
@@ -457,7 +450,13 @@ class Nominator:
         manager Workload ends ``Finished`` with no ``clusterName`` (C25 finishes it from a
         finished copy whatever the check state; seen on real Kueue v0.19.2 in the seeded mix).
         """
-        out = []
+        return [candidate.name for candidate, _ in self._copies(check, namespace, name)]
+
+    def _copies(
+        self, check: str, namespace: str, name: str
+    ) -> Iterator[tuple[Candidate, Mapping[str, Any]]]:
+        """The connected candidates that have a copy of this Workload, with the copy as their
+        mirror shows it. A same-named Workload without our origin label is not a copy (C23)."""
         candidates, _ = self.registry.candidates(check)
         for candidate in candidates:
             worker = candidate.worker
@@ -465,8 +464,7 @@ class Nominator:
                 continue
             copy = worker.mirror.cache("workloads").get(name, namespace)
             if copy is not None and is_copy(copy, self.config.origin):
-                out.append(candidate.name)
-        return out
+                yield candidate, copy
 
     async def _wait_for_leftover(
         self,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.slow, pytest.mark.real]
+pytestmark = [pytest.mark.slow, pytest.mark.real, pytest.mark.mix]
 
 MIX = Path(__file__).parents[1] / "sandbox" / "data" / "new-user-mix.jsonl"
 

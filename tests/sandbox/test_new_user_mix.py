@@ -17,6 +17,8 @@ import pytest
 from dispatcher.sandbox.demo import DemoOptions, TimedLine, run_demo
 from dispatcher.sandbox.topology import default_topology, load_workloads
 
+pytestmark = [pytest.mark.mix]  # make new-user-mix; not in the default run (about 90 s)
+
 MIX = Path(__file__).parent / "data" / "new-user-mix.jsonl"
 
 

@@ -13,7 +13,10 @@ from dispatcher.sandbox.kubeclient import (
     MULTIKUEUE_CONFIGS,
     KubeError,
 )
-from dispatcher.sandbox.kueue.multikueue.controllers import TRANSIENT, _Loop, _write_condition
+from dispatcher.sandbox.kueue.multikueue.controllers import (
+    _RetryingLoop,
+    _write_condition,
+)
 from dispatcher.sandbox.kueue.runtime import (
     MULTIKUEUE_CONTROLLER,
     Clock,
@@ -28,7 +31,7 @@ log = logging.getLogger(__name__)
 KUEUE_GROUP = "kueue.x-k8s.io"
 
 
-class AdmissionCheckController(_Loop):
+class AdmissionCheckController(_RetryingLoop):
     """The ``Active`` condition of MultiKueue AdmissionChecks (C8)."""
 
     name = "multikueue_admissioncheck"
@@ -77,16 +80,8 @@ class AdmissionCheckController(_Loop):
             return True, "SomeActiveClusters", ", ".join(parts)
         return False, "NoUsableClusters", ", ".join(parts)
 
-    async def reconcile(self) -> float | None:
-        """Write every MultiKueue check's ``Active`` condition when it changed."""
-        try:
-            return await self._reconcile()
-        except TRANSIENT as error:
-            log.info("%s: %s", self.name, error)
-            self.retry_soon(0.1)
-            return None
-
     async def _reconcile(self) -> float | None:
+        """One pass: write every MultiKueue check's ``Active`` condition when it changed."""
         for ac in self.conn.cache(ADMISSION_CHECKS).items():
             if (ac.get("spec") or {}).get("controllerName") != MULTIKUEUE_CONTROLLER:
                 continue

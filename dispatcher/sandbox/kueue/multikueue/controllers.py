@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -28,6 +29,8 @@ from dispatcher.sandbox.kueue.runtime import (
     condition,
     set_condition,
 )
+
+log = logging.getLogger(__name__)
 
 Key = tuple[str, str]
 
@@ -69,6 +72,22 @@ class _Loop(Controller):
             await super().run()
         finally:
             self.cancel_timers()
+
+
+class _RetryingLoop(_Loop):
+    """A :class:`_Loop` whose whole pass (``_reconcile``) is retried 0.1 s after an error of
+    one API call (:data:`TRANSIENT`)."""
+
+    async def reconcile(self) -> float | None:
+        try:
+            return await self._reconcile()
+        except TRANSIENT as error:
+            log.info("%s: %s", self.name, error)
+            self.retry_soon(0.1)
+            return None
+
+    async def _reconcile(self) -> float | None:
+        raise NotImplementedError
 
 
 def _condition_changed(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:

@@ -35,10 +35,9 @@ from dispatcher.sandbox.kubeclient import (
     Resource,
 )
 from dispatcher.sandbox.kueue.multikueue.controllers import (
-    TRANSIENT,
     Key,
     _key,
-    _Loop,
+    _RetryingLoop,
     _write_condition,
 )
 from dispatcher.sandbox.kueue.runtime import (
@@ -294,7 +293,7 @@ class RemoteCluster:
         await self.client.close()
 
 
-class ClusterController(_Loop):
+class ClusterController(_RetryingLoop):
     """``MultiKueueCluster`` reconciler: connections and the ``Active`` condition (C10–C11, C62)."""
 
     name = "multikueue_cluster"
@@ -381,16 +380,8 @@ class ClusterController(_Loop):
             await remote.stop()
             self._on_remote_change(name, "DISCONNECTED", {})
 
-    async def reconcile(self) -> float | None:
-        """Bring connections and ``Active`` conditions in line with the MultiKueueClusters."""
-        try:
-            return await self._reconcile()
-        except TRANSIENT as error:
-            log.info("%s: %s", self.name, error)
-            self.retry_soon(0.1)
-            return None
-
     async def _reconcile(self) -> float | None:
+        """One pass: connections and ``Active`` conditions in line with the MultiKueueClusters."""
         if not (
             self.conn.cache(MULTIKUEUE_CLUSTERS).synced.is_set()
             and self.conn.cache(SECRETS).synced.is_set()
