@@ -23,6 +23,7 @@ from dispatcher.sandbox.kueue.runtime import (
     Counters,
     KueueConfig,
     SystemClock,
+    cancel_and_wait,
 )
 
 __all__ = ["EmulatedKueue", "ManagerKueue", "WorkerKueue", "run_kueue"]
@@ -128,10 +129,6 @@ async def run_kueue(
     try:
         yield emulated
     finally:
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(tasks)
         for part in parts:
             await part.close()

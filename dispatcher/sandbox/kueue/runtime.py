@@ -726,6 +726,23 @@ class Controller:
             task.cancel()
 
 
+async def cancel_and_wait(tasks: Iterable[asyncio.Task[Any]]) -> None:
+    """Cancel ``tasks`` and wait until they have ended; an error one of them ended with (other
+    than its cancellation) is raised.
+
+    Unlike ``contextlib.suppress(CancelledError)`` around ``await task``, a cancellation of the
+    caller itself still reaches the caller: suppressing it would leave a controller that is
+    being stopped (say, one tearing a remote down in its reconcile) running, and its stop
+    waiting for it forever."""
+    pending = list(tasks)
+    for task in pending:
+        task.cancel()
+    results = await asyncio.gather(*pending, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
+            raise result
+
+
 async def run_all(*runners: Callable[[], Coroutine[Any, Any, None]]) -> None:
     """Run coroutines concurrently until cancelled (one failing stops the others)."""
     async with asyncio.TaskGroup() as group:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import contextlib
 import datetime
 import ipaddress
 import logging
@@ -49,6 +48,7 @@ from dispatcher.sandbox.kueue.runtime import (
     Obj,
     RateLimitedKubeClient,
     WorkerClientLimit,
+    cancel_and_wait,
 )
 
 log = logging.getLogger(__name__)
@@ -284,12 +284,8 @@ class RemoteCluster:
 
     async def stop(self) -> None:
         """Stop watching and close the client."""
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._tasks = []
+        tasks, self._tasks = self._tasks, []
+        await cancel_and_wait(tasks)
         await self.client.close()
 
 

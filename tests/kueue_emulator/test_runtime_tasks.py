@@ -1,0 +1,67 @@
+"""Stopping the emulation's tasks (``runtime.cancel_and_wait``).
+
+A controller tearing a remote down inside its reconcile waits for the remote's watch tasks. If
+the controller itself is cancelled while it waits, the cancellation must reach it: swallowing it
+(``contextlib.suppress(CancelledError)`` around ``await task``) left it running and the test
+that stopped it hanging, about once in five runs of
+``test_multikueue_clusters.py::test_c10_secret_rotation_reconnects_and_deleted_cluster_tears_down``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from dispatcher.sandbox.kueue.runtime import cancel_and_wait
+
+
+async def _forever() -> None:
+    await asyncio.Event().wait()
+
+
+async def _stubborn(release: asyncio.Event) -> None:
+    """Ends only after ``release`` is set, even when cancelled (a slow cleanup)."""
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await release.wait()
+
+
+async def test_children_are_cancelled_and_awaited() -> None:
+    children = [asyncio.create_task(_forever()) for _ in range(3)]
+    await cancel_and_wait(children)
+    assert all(child.cancelled() for child in children)
+
+
+async def test_the_callers_own_cancellation_reaches_it() -> None:
+    release = asyncio.Event()
+    child = asyncio.create_task(_stubborn(release))
+    await asyncio.sleep(0)  # the child is waiting
+    reached: list[str] = []
+
+    async def caller() -> None:
+        try:
+            await cancel_and_wait([child])
+        except asyncio.CancelledError:
+            reached.append("cancelled")
+            raise
+        reached.append("returned")
+
+    outer = asyncio.create_task(caller())
+    await asyncio.sleep(0)  # the caller waits for the child's cleanup
+    outer.cancel()
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await outer
+    assert reached == ["cancelled"]
+
+
+async def test_an_error_a_child_ended_with_is_raised() -> None:
+    async def broken() -> None:
+        raise RuntimeError("boom")
+
+    child = asyncio.create_task(broken())
+    await asyncio.sleep(0)
+    with pytest.raises(RuntimeError, match="boom"):
+        await cancel_and_wait([child])
