@@ -11,7 +11,6 @@ from dispatcher.sandbox.kubeclient import (
     ADMISSION_CHECKS,
     MULTIKUEUE_CLUSTERS,
     MULTIKUEUE_CONFIGS,
-    KubeError,
 )
 from dispatcher.sandbox.kueue.multikueue.controllers import (
     _RetryingLoop,
@@ -86,18 +85,7 @@ class AdmissionCheckController(_RetryingLoop):
             if (ac.get("spec") or {}).get("controllerName") != MULTIKUEUE_CONTROLLER:
                 continue
             value, reason, message = self._wanted(ac)
-            try:
-                await _write_condition(
-                    self.conn.client,
-                    ADMISSION_CHECKS,
-                    ac,
-                    "Active",
-                    value,
-                    reason,
-                    message,
-                    self.clock,
-                )
-            except KubeError as error:
-                if error.status != 404:
-                    raise
+            await _write_condition(
+                self.conn.client, ADMISSION_CHECKS, ac, "Active", value, reason, message, self.clock
+            )
         return None

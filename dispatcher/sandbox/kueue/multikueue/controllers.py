@@ -106,18 +106,24 @@ async def _write_condition(
     message: str,
     clock: Clock,
 ) -> bool:
-    """Set one status condition (merge patch as ``kueue``) when it changed; True if written."""
+    """Set one status condition (merge patch as ``kueue``) when it changed; True if written.
+    An object deleted meanwhile (404) has nothing to write: False."""
     status = copy.deepcopy(obj.get("status") or {})
     old = condition(status, kind)
     wanted = {"status": "True" if value else "False", "reason": reason, "message": message}
     if not _condition_changed(old, wanted):
         return False
     set_condition(status, kind, value, reason, message, clock)
-    await client.merge_patch(
-        resource,
-        obj["metadata"]["name"],
-        {"status": {"conditions": status["conditions"]}},
-        subresource="status",
-        field_manager=KUEUE_MANAGER,
-    )
+    try:
+        await client.merge_patch(
+            resource,
+            obj["metadata"]["name"],
+            {"status": {"conditions": status["conditions"]}},
+            subresource="status",
+            field_manager=KUEUE_MANAGER,
+        )
+    except KubeError as error:
+        if error.status == 404:
+            return False
+        raise
     return True

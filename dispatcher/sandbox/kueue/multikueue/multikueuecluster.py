@@ -30,7 +30,6 @@ from dispatcher.sandbox.kubeclient import (
     WORKLOADS,
     Informer,
     KubeClient,
-    KubeError,
     Resource,
 )
 from dispatcher.sandbox.kueue.multikueue.controllers import (
@@ -427,20 +426,9 @@ class ClusterController(_RetryingLoop):
         return None
 
     async def _status(self, mkc: Obj, value: bool, reason: str, message: str) -> None:
-        try:
-            await _write_condition(
-                self.conn.client,
-                MULTIKUEUE_CLUSTERS,
-                mkc,
-                "Active",
-                value,
-                reason,
-                message,
-                self.clock,
-            )
-        except KubeError as error:
-            if error.status != 404:
-                raise
+        await _write_condition(
+            self.conn.client, MULTIKUEUE_CLUSTERS, mkc, "Active", value, reason, message, self.clock
+        )
 
     async def close(self) -> None:
         """Stop every remote."""
