@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sized
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
@@ -314,6 +314,15 @@ class ClusterView:
                 await anyio.sleep(0.2)  # retry backoff, not synchronisation
 
 
+def arrived(value: object) -> bool:
+    """Whether a :meth:`Backend.wait_for` predicate's answer means the awaited state is there:
+    anything but None, False and an empty collection (a predicate that lists what it waits for,
+    such as the Jobs preempted so far, has not arrived while the list is empty)."""
+    if value is None or value is False:
+        return False
+    return not (isinstance(value, Sized) and not isinstance(value, str) and len(value) == 0)
+
+
 class KubeBackend:
     """The observing half of every backend: clients and mirrors over kubeconfig dicts."""
 
@@ -430,13 +439,14 @@ class KubeBackend:
         return None if found is None else found.get("status") == "True"
 
     async def wait_for(self, predicate: Callable[[], T | None], what: str, within: float) -> T:
-        """Re-evaluate ``predicate`` on every observed change until it returns a value."""
+        """Re-evaluate ``predicate`` on every observed change until it returns a value
+        (:func:`arrived`: not None, False or an empty collection)."""
         try:
             with anyio.fail_after(within):
                 while True:
                     changed = self._changed
                     value = predicate()
-                    if value is not None and value is not False:
+                    if arrived(value):
                         return value
                     await changed.wait()
         except TimeoutError:

@@ -2,7 +2,8 @@
 (issue 14: "CI runs it for the S-scenarios and for a seeded random mix (priorities, preemption,
 borrowing, short jobs, worker loss)").
 
-The mix (seed :data:`SEED`, 24 Jobs, each running 2-10 s) comes in four waves, each started on
+The mix (seed :data:`SEED`, 24 Jobs, each running 2-10 s but the two low-priority A100 Jobs,
+which run 16-20 s) comes in four waves, each started on
 a condition the run reached, never after a fixed time:
 
 A. twelve Jobs: low-priority GPU Jobs for both GPU types, CPU Jobs (some low priority) and two
@@ -11,7 +12,10 @@ A. twelve Jobs: low-priority GPU Jobs for both GPU types, CPU Jobs (some low pri
 B. once both low-priority A100 Jobs are admitted on worker1 (its two GPUs): a high-priority Job
    for both A100 GPUs, which worker1's Kueue can only admit by preempting them (C26: preemption
    happens on the worker, the manager evicts and requeues, C37, C38), and two high-priority CPU
-   Jobs;
+   Jobs. The low-priority A100 Jobs run long enough for the preemption to come first: at 8-10 s
+   they finished first in 4 of 24 sandbox runs (the high-priority copy reached worker1 up to
+   6 s after its submission), and the test, whose wait for the preemption then returned at once
+   on an empty list, failed only at its end;
 C. worker2 lost (once it holds no Job): once Kueue reports it ``Active=False``, five CPU Jobs;
    worker2 comes back once the dispatcher nominated each of them;
 D. once worker2 is ``Active`` again: a high-priority Job for all four H100 GPUs and three CPU
@@ -33,7 +37,7 @@ import random
 from typing import Any
 
 import pytest
-from e2e_backend import A100, H100, NAMESPACE, Backend, cluster_of, condition, is_true
+from e2e_backend import A100, H100, NAMESPACE, Backend, arrived, cluster_of, condition, is_true
 from e2e_trace import recorder_of
 
 from dispatcher.sandbox.topology import WorkloadLine
@@ -77,8 +81,8 @@ def waves(seed: int = SEED) -> dict[str, list[WorkloadLine]]:
     """The mix, wave by wave (see the module docstring); the same for a given seed."""
     rng = random.Random(seed)
     a = [
-        line("mix-a-a100-low-0", rng, gpus=1, gpu_type=A100, priority="low", run=(8, 10)),
-        line("mix-a-a100-low-1", rng, gpus=1, gpu_type=A100, priority="low", run=(8, 10)),
+        line("mix-a-a100-low-0", rng, gpus=1, gpu_type=A100, priority="low", run=(16, 20)),
+        line("mix-a-a100-low-1", rng, gpus=1, gpu_type=A100, priority="low", run=(16, 20)),
         line("mix-a-h100-low-0", rng, gpus=1, gpu_type=H100, priority="low", run=(4, 8)),
         line("mix-a-h100-low-1", rng, gpus=1, gpu_type=H100, priority="low", run=(4, 8)),
         line("mix-a-borrow-0", rng, cpu=BORROWING_CPU, memory="1Gi", run=(3, 5)),
@@ -249,6 +253,24 @@ def test_a_reused_preempted_copy_is_recognised(
     assert reused_copy(trace) == expected
 
 
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        pytest.param(None, False, id="none"),
+        pytest.param(False, False, id="false"),
+        pytest.param([], False, id="empty-list"),
+        pytest.param(set(), False, id="empty-set"),
+        pytest.param(["mix-a-a100-low-0"], True, id="a-list-with-one"),
+        pytest.param(True, True, id="true"),
+        pytest.param("worker1", True, id="a-name"),
+        pytest.param(0, True, id="zero-is-a-value"),
+    ],
+)
+def test_what_a_wait_for_predicate_answer_means(value: object, expected: bool) -> None:
+    # The wait for the preemption returned at once on an empty list before (4 of 24 runs).
+    assert arrived(value) is expected
+
+
 def test_seeded_waves_are_reproducible_and_sized() -> None:
     first, again = waves(), waves()
     assert [[j.model_dump() for j in w] for w in first.values()] == [
@@ -257,7 +279,9 @@ def test_seeded_waves_are_reproducible_and_sized() -> None:
     names = [j.name for w in first.values() for j in w]
     assert len(names) == len(set(names)) == 24
     assert all(
-        j.run_seconds is not None and 2 <= j.run_seconds <= 10 for w in first.values() for j in w
+        j.run_seconds is not None and 2 <= j.run_seconds <= (20 if j.name in LOW_A100 else 10)
+        for w in first.values()
+        for j in w
     )
 
 
@@ -315,7 +339,7 @@ async def test_seeded_mix_ends_admitted_with_cluster_name_everywhere(backend: Ba
     for job in mix["B"]:
         await backend.submit(job)
     await backend.wait_for(
-        lambda: preempted_on_worker1(recorder.export(since)["jobs"]),
+        lambda: preempted_on_worker1(recorder.export(since)["jobs"]) or None,
         "a low-priority A100 Job preempted on worker1 for the high-priority one",
         long,
     )
@@ -397,7 +421,26 @@ async def test_seeded_mix_ends_admitted_with_cluster_name_everywhere(backend: Ba
         assert submitted is not None, job.name
         admitted = reachable(admitted_intervals(trace), "worker2", loss_started - submitted)
         assert not overlapping(admitted), (job.name, "admitted on two workers", admitted)
-    assert preempted_on_worker1(traces), "a low-priority A100 copy was preempted on worker1"
+    # The wait above saw it in the same recorder; should the final traces lose it (CI once,
+    # at 0271eab, under the load of the whole unit run), say what they hold instead.
+    assert preempted_on_worker1(traces), (
+        "a low-priority A100 copy was preempted on worker1",
+        {
+            name: {
+                key: [t.get(key) for t in traces.get(name, [])]
+                for key in ("workloads", "workload", "copies", "copyConditions")
+            }
+            for name in LOW_A100
+        },
+        {
+            name: [
+                (w.uid, round(w.first_seen - since, 3))
+                for w in recorder.manager.values()
+                if w.job == name
+            ]
+            for name in LOW_A100
+        },
+    )
     for name in ("mix-a-borrow-0", "mix-a-borrow-1"):
         held = [
             q["held"]
