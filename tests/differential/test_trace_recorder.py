@@ -199,6 +199,36 @@ def test_a_job_submitted_again_gets_a_second_entry_with_its_own_copies() -> None
     assert second["copies"]["worker1"] == [{"t": 0.5, "event": "appeared"}]
 
 
+@pytest.mark.parametrize(
+    ("copy_gone", "finished", "expected"),
+    [
+        pytest.param("stays", False, [], id="running-with-its-copy"),
+        pytest.param("stays", True, ["j"], id="finished-copy-left"),
+        pytest.param("deleted", True, [], id="finished-copy-removed"),
+        pytest.param("relisted", True, [], id="finished-copy-gone-at-relist"),
+    ],
+)
+def test_a_finished_job_with_a_copy_left_is_unsettled(
+    copy_gone: str, finished: bool, expected: list[str]
+) -> None:
+    feed = Feed()
+    since = feed.recorder.mark()
+    admitted_run(feed, copy_gone)
+    if finished:
+        done = {
+            "QuotaReserved": ("True", "QuotaReserved"),
+            "Admitted": ("True", "Admitted"),
+            "Finished": ("True", "Succeeded"),
+        }
+        feed.at(
+            4.0,
+            "manager",
+            "workloads",
+            workload("5", conditions=done, check="Ready", cluster="worker2"),
+        )
+    assert feed.recorder.unsettled(since) == expected
+
+
 def test_jobs_seen_before_the_mark_are_left_out() -> None:
     feed = Feed()
     admitted_run(feed)

@@ -35,9 +35,12 @@ TRACE_DIR_ENV = "MKD_TRACE_DIR"
 DEFAULT_TRACE_DIR = ROOT / "build" / "traces"
 # Before a trace is written, the run is given time to come to rest, so that the final state
 # is not caught in the middle of a write Kueue was about to make: until no watch event arrived
-# for SETTLE_QUIET seconds, at most SETTLE_MAX seconds (the same on every backend).
+# for SETTLE_QUIET seconds and no finished Job has a remote copy left (TraceRecorder.unsettled),
+# at most SETTLE_MAX seconds (the same on every backend). A quiet second alone cut the seeded
+# mix on the sandbox before the copies of its last Jobs were removed in 11 of 24 runs (their
+# removal waits for the worker clients' rate limit).
 SETTLE_QUIET = 1.0
-SETTLE_MAX = 5.0
+SETTLE_MAX = 15.0
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -187,7 +190,7 @@ async def e2e_trace_writer(request: pytest.FixtureRequest, backend: Any) -> Asyn
         while True:
             with anyio.move_on_after(SETTLE_QUIET) as quiet:
                 await recorder.next_event()
-            if quiet.cancelled_caught:
+            if quiet.cancelled_caught and not recorder.unsettled(since):
                 break
     commit, dirty = git_state()
     trace = {

@@ -305,6 +305,29 @@ class TraceRecorder:
         self._waiters.append(waiter)
         await waiter.wait()
 
+    def unsettled(self, since: float) -> list[str]:
+        """The Jobs first seen after ``since`` whose run has not come to rest: the Job's traced
+        Workload is finished (or deleted) on the manager and a remote copy of it is still there.
+        Kueue removes such a copy in its next reconcile (C24, C41), which the worker clients'
+        rate limit (C10) can put seconds after the last watch event; a trace cut before that
+        records a leftover copy that neither backend keeps."""
+        out = []
+        for job in self.jobs.values():
+            if job.first_seen < since:
+                continue
+            workloads = [w for w in self.manager.values() if w.job_uid == job.uid]
+            if not workloads:
+                continue
+            workload = max(workloads, key=lambda w: w.first_seen)
+            done = workload.gone_at is not None or (
+                _conditions(workload.last).get("Finished", ("",))[0] == "True"
+            )
+            if done and any(
+                c.gone_at is None and self._manager_of(c) is workload for c in self.copies.values()
+            ):
+                out.append(job.name)
+        return sorted(out)
+
     def export(self, since: float) -> Obj:
         """The traces of the Jobs first seen on the manager at or after ``since``: ``jobs``
         (Job name → one entry per submission, in order) and ``local`` (Job name → the
