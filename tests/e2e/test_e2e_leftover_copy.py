@@ -80,6 +80,16 @@ async def test_a_copy_preempted_on_its_worker_is_replaced_not_reused(backend: Ba
     assert gone, f"{LOW} nominated again at {nominated_at} s while its old copy is on worker2"
     assert gone[0] < nominated_at, (gone, nominated_at)
 
+    # HIGH goes once the fresh copy waits on worker2 behind it (QuotaReserved=False, Pending:
+    # C13), so that the copy waits on every backend rather than when it happens to arrive late.
+    await backend.wait_for(
+        lambda: (
+            (condition(backend.copies(LOW).get("worker2"), "QuotaReserved") or {}).get("status")
+            == "False"
+        ),
+        f"{LOW}'s fresh copy pending on worker2 behind {HIGH}",
+        long,
+    )
     await backend.delete_job(HIGH)
     await backend.wait_for(
         lambda: is_true(backend.workload(LOW), "Finished"), f"{LOW} finished", long

@@ -360,6 +360,19 @@ async def test_s13_a_lost_nominated_worker_is_replaced_by_a_reachable_one(
             f"re-nominated to {survivor} after losing {lost}",
             backend.timeouts.long,
         )
+        # The blocker goes once the mover's copy waits on the full survivor (its Kueue writes
+        # QuotaReserved=False, Pending: C13); deleted earlier, the copy might arrive after the
+        # room was made, and whether it waited would be timing.
+        await backend.wait_for(
+            lambda: (
+                (condition(backend.copies("s13-mover").get(survivor), "QuotaReserved") or {}).get(
+                    "status"
+                )
+                == "False"
+            ),
+            f"s13-mover's copy pending on the full {survivor}",
+            backend.timeouts.long,
+        )
         await backend.delete_job(f"s13-blocker-{survivor}")
         await backend.wait_workload(
             "s13-mover", admitted_on(survivor), f"admitted on {survivor} while {lost} is away"
