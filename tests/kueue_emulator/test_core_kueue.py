@@ -767,7 +767,7 @@ async def test_c39_rejected_deactivates(manager_kueue_env: KueueEnv) -> None:
     assert any(has("DeactivationTarget", "True", "AdmissionCheck")(o) for o in seen)
     evicted = get_condition(final, "Evicted")
     assert evicted is not None
-    assert (evicted["status"], evicted["reason"]) == ("True", "Deactivated")
+    assert (evicted["status"], evicted["reason"]) == ("True", "DeactivatedDueToAdmissionCheck")
     assert get_condition(final, "DeactivationTarget") is None
     assert "admission" not in status_of(final)
     assert (get_condition(final, "Requeued") or {})["status"] == "False"

@@ -238,7 +238,7 @@ async def test_c39_e2e_rejected_check_resets_and_deletes_copies() -> None:
         await env.wait_workload("wl", _true("Admitted"))
         await env.set_checks("wl", [(CHECK, "Rejected")])
         local = await env.wait_workload("wl", lambda o: _true("Evicted")(o))
-        assert (get_cond(local, "Evicted") or {})["reason"] == "Deactivated"
+        assert (get_cond(local, "Evicted") or {})["reason"] == "DeactivatedDueToAdmissionCheck"
         assert local["spec"]["active"] is False
         assert not local["status"].get("clusterName")
         assert not local["status"].get("nominatedClusterNames")

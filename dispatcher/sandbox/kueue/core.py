@@ -628,9 +628,15 @@ class CoreKueue(Controller):
         cause: str = "",
         preempted: bool = False,
     ) -> None:
-        """Set ``Evicted=True`` (and ``Preempted=True``) and reset the nomination (C37)."""
+        """Set ``Evicted=True`` (and ``Preempted=True``) and reset the nomination (C37).
+
+        A deactivation with a cause (the ``DeactivationTarget`` reason) is recorded as Kueue's
+        ``evict.Evict`` records it: reason ``Deactivated`` + ``DueTo`` + the cause (for
+        instance ``DeactivatedDueToEvictedOnManagerCluster``, seen on real Kueue v0.19.2 by the
+        differential comparison); the scheduling stats keep the two apart."""
         status = self._status(wl)
-        set_condition(status, "Evicted", True, reason, message, self.clock)
+        shown = f"{reason}DueTo{cause}" if reason == _EVICTED_DEACTIVATED and cause else reason
+        set_condition(status, "Evicted", True, shown, message, self.clock)
         if preempted:
             set_condition(status, "Preempted", True, cause, message, self.clock)
         if reason == _EVICTED_DEACTIVATED:
