@@ -282,10 +282,13 @@ class RemoteCluster:
         self._tasks = [loop.create_task(self.workloads.run()), loop.create_task(self.jobs.run())]
 
     async def stop(self) -> None:
-        """Stop watching and close the client."""
+        """Stop watching and close the client, also when the stopping controller is itself
+        cancelled meanwhile or a watch task ended with an error (the pool is never left open)."""
         tasks, self._tasks = self._tasks, []
-        await cancel_and_wait(tasks)
-        await self.client.close()
+        try:
+            await cancel_and_wait(tasks)
+        finally:
+            await self.client.close()
 
 
 class ClusterController(_RetryingLoop):
