@@ -153,7 +153,7 @@ class LeaderElector:
         release = False
         try:
             await self.acquire()
-            release = self.release_on_cancel
+            release = True
             self._lost_reason = ""
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._renew_loop, tg.cancel_scope)
@@ -165,7 +165,9 @@ class LeaderElector:
         finally:
             was_leader = self.role == Role.LEADER
             self._set_role(Role.STOPPED)
-            if release and was_leader:
+            # ``release_on_cancel`` is read now, not at acquisition: a harness may decide that
+            # this replica dies like a killed process while it leads.
+            if release and self.release_on_cancel and was_leader:
                 await self.release()
 
     async def acquire(self) -> None:

@@ -28,7 +28,7 @@ import anyio
 import anyio.abc
 from e2e_backend import WORKERS, KubeBackend, KueueMode, Timeouts
 
-from dispatcher.app.manager import run_manager
+from dispatcher.app.manager import Manager, run_manager
 from dispatcher.app.settings import load_settings
 from dispatcher.sandbox.environment import DISPATCHER_NAME, Environment, environment
 from dispatcher.sandbox.real.plane import KueueOptions
@@ -70,6 +70,7 @@ class SandboxBackend(KubeBackend):
         self._env_stop: anyio.Event | None = None
         self._env_done: anyio.Event | None = None
         self._replicas: dict[str, tuple[anyio.CancelScope, anyio.Event]] = {}
+        self._managers: dict[str, Manager] = {}  # identity → the running replica's manager
         self._generation = 0
         self.mode: KueueMode = "external"
 
@@ -155,6 +156,13 @@ class SandboxBackend(KubeBackend):
         settings = load_settings(IN_PROCESS, DISPATCHER_CONFIG)
         kubeconfig = self.env.sandbox.kubeconfig_path(self.env.sandbox.manager)
         self._generation += 1
+
+        def started(
+            identity: str, manager: Manager, task_status: anyio.abc.TaskStatus[None]
+        ) -> None:
+            self._managers[identity] = manager
+            task_status.started()
+
         for index in range(REPLICAS):
             identity = f"dispatcher-{index}-g{self._generation}"
             scope, done = anyio.CancelScope(), anyio.Event()
@@ -174,9 +182,10 @@ class SandboxBackend(KubeBackend):
                             kubeconfig=kubeconfig,
                             identity=identity,
                             handle_signals=False,
-                            on_started=lambda _manager: task_status.started(),
+                            on_started=lambda manager: started(identity, manager, task_status),
                         )
                 finally:
+                    self._managers.pop(identity, None)
                     done.set()
 
             with anyio.fail_after(30):
@@ -210,7 +219,13 @@ class SandboxBackend(KubeBackend):
         )
 
     async def kill_leader(self) -> str:
+        """End the leading replica as a SIGKILL ends a process: without releasing its Lease,
+        which the other replica takes only once it expires (as on the real backend; a cancel
+        that released it made S14's times differ from real Kueue's by the Lease duration)."""
         leader = await self.leader_identity()
+        manager = self._managers.get(leader)
+        if manager is not None:
+            manager.elector.release_on_cancel = False
         await self._stop_replica(leader)
         return leader
 
