@@ -2,14 +2,67 @@
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
+import pytest
 from mk_harness import Env, eventually, start_env
 
-from dispatcher.sandbox.kueue.multikueue import ADMITTED_TOTAL, DISPATCHED_TOTAL
+from dispatcher.sandbox.kueue.multikueue import ADMITTED_TOTAL, DISPATCHED_TOTAL, dispatchers
 from dispatcher.sandbox.kueue.runtime import ALL_AT_ONCE, INCREMENTAL, KueueConfig
 
 ROUND = 300.0  # C58: 5-minute rounds
+T0 = datetime.datetime(2026, 12, 1, tzinfo=datetime.UTC)
+
+
+@pytest.mark.parametrize(
+    ("current", "connected", "expected"),
+    [
+        pytest.param([], ["w2", "w1"], ["w1", "w2"], id="first-broadcast-sorted"),
+        pytest.param(["w2", "w1"], ["w1", "w2"], None, id="already-everywhere"),
+        pytest.param(["w1", "w2"], ["w1"], ["w1"], id="a-worker-disconnected"),
+        pytest.param(["w1"], ["w1", "w3"], ["w1", "w3"], id="a-worker-connected"),
+    ],
+)
+def test_c56_all_at_once_nominates_every_connected_cluster(
+    current: list[str], connected: list[str], expected: list[str] | None
+) -> None:
+    assert dispatchers.all_at_once(current, connected) == expected
+
+
+@pytest.mark.parametrize(
+    ("current", "started", "step", "expected"),
+    [
+        pytest.param(
+            [], None, 1, dispatchers.IncrementalStep(["c"], True, ROUND), id="first-round"
+        ),
+        pytest.param(
+            ["c"], 100.0, 1, dispatchers.IncrementalStep(["c"], False, ROUND - 100), id="in-a-round"
+        ),
+        pytest.param(
+            ["c"], ROUND, 2, dispatchers.IncrementalStep(["c", "a", "b"], True, ROUND), id="next-2"
+        ),
+        pytest.param(
+            ["c", "a", "b"],
+            ROUND,
+            3,
+            dispatchers.IncrementalStep(["c", "a", "b"], False, None),
+            id="no-more-workers",
+        ),
+        pytest.param(
+            [], None, 0, dispatchers.IncrementalStep(["c"], True, ROUND), id="step-at-least-1"
+        ),
+    ],
+)
+def test_c59_incremental_appends_a_step_per_round_in_config_order(
+    current: list[str], started: float | None, step: int, expected: dispatchers.IncrementalStep
+) -> None:
+    began = None if started is None else T0
+    now = T0 + datetime.timedelta(seconds=started or 0.0)
+    decided = dispatchers.incremental(
+        current, ["c", "a", "b"], began, now, round_seconds=ROUND, step_size=step
+    )
+    assert decided == expected
 
 
 def _nominated(obj: dict[str, Any]) -> list[str]:

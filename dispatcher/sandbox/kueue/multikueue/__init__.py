@@ -8,9 +8,11 @@ The package follows Kueue v0.19.2's ``pkg/controller/admissionchecks/multikueue/
   (:class:`ClusterController`, :class:`RemoteCluster`, :func:`validate_kubeconfig`);
 * :mod:`.admissioncheck` -- ``admissioncheck.go`` (:class:`AdmissionCheckController`);
 * :mod:`.workload` -- ``workload.go`` (:class:`WorkloadController`, ``_Group``,
-  :func:`clone_for_create`), with the built-in dispatchers of ``workload.go`` and
-  ``pkg/controller/workloaddispatcher/incrementaldispatcher.go`` and the orphan GC of
-  ``multikueuecluster.go`` (``runGC``) kept inside the workload controller;
+  :func:`clone_for_create`), with the orphan GC of ``multikueuecluster.go`` (``runGC``) kept
+  inside the workload controller;
+* :mod:`.dispatchers` -- the built-in dispatchers' decisions: AllAtOnce (a branch of
+  ``workload.go``) and Incremental (``pkg/controller/workloaddispatcher/
+  incrementaldispatcher.go``);
 * this ``__init__`` -- ``controllers.go``'s ``SetupControllers`` (:class:`MultiKueueManager`), and
   the package's public names.
 

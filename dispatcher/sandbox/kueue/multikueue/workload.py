@@ -3,10 +3,10 @@ nomination (with the built-in AllAtOnce and Incremental dispatchers), copy creat
 status sync, eviction and the orphan GC.
 
 Mirrors Kueue v0.19.2 ``pkg/controller/admissionchecks/multikueue/workload.go``
-(``wlReconciler``, ``wlGroup``, ``cloneForCreate``). The AllAtOnce and Incremental nomination
+(``wlReconciler``, ``wlGroup``, ``cloneForCreate``). The AllAtOnce and Incremental decisions
 (Kueue: ``workload.go``'s ``nominateAndSynchronizeWorkers`` and
-``pkg/controller/workloaddispatcher/incrementaldispatcher.go``) stays inside
-:meth:`WorkloadController._nominate_and_sync`, which interleaves it with the controller's state;
+``pkg/controller/workloaddispatcher/incrementaldispatcher.go``) are :mod:`.dispatchers`;
+:meth:`WorkloadController._nominate_and_sync` writes what they decide and keeps the rounds;
 the orphan GC (Kueue: ``multikueuecluster.go``, ``runGC``) is :meth:`WorkloadController.run_gc`.
 """
 
@@ -30,6 +30,7 @@ from dispatcher.sandbox.kubeclient import (
     KubeError,
     Resource,
 )
+from dispatcher.sandbox.kueue.multikueue import dispatchers
 from dispatcher.sandbox.kueue.multikueue.controllers import (
     TRANSIENT,
     Key,
@@ -960,30 +961,29 @@ class WorkloadController(_Loop):
         requeue: float | None = None
         dispatcher = self.config.dispatcher_name
         if dispatcher == ALL_AT_ONCE:  # C56
-            nominated = sorted(group.remotes)
-            if sorted(current) != nominated:
+            broadcast = dispatchers.all_at_once(current, group.remotes)
+            nominated = current if broadcast is None else broadcast
+            if broadcast is not None:
+                new_status = copy.deepcopy(status)
+                new_status["nominatedClusterNames"] = broadcast
+                await self._write_status(local, new_status)
+        elif dispatcher == INCREMENTAL:  # C59
+            step = dispatchers.incremental(
+                current,
+                group.clusters,
+                self._rounds.get(key),
+                self.clock.now(),
+                round_seconds=self.config.incremental_round_seconds,
+                step_size=self.config.incremental_step_size,
+            )
+            nominated, requeue = step.nominated, step.requeue
+            if step.write:
                 new_status = copy.deepcopy(status)
                 new_status["nominatedClusterNames"] = nominated
                 await self._write_status(local, new_status)
-        elif dispatcher == INCREMENTAL:  # C59
-            nominated = current
-            started = self._rounds.get(key)
-            round_seconds = self.config.incremental_round_seconds
-            elapsed = (self.clock.now() - started).total_seconds() if started else None
-            if elapsed is None or elapsed >= round_seconds:
-                candidates = [c for c in group.clusters if c not in current]
-                if candidates:
-                    step = max(1, self.config.incremental_step_size)
-                    nominated = current + candidates[:step]
-                    new_status = copy.deepcopy(status)
-                    new_status["nominatedClusterNames"] = nominated
-                    await self._write_status(local, new_status)
-                    self._rounds[key] = self.clock.now()
-                    requeue = round_seconds
-                else:  # ErrNoMoreWorkers: no state change
-                    log.debug("%s: %s/%s: no more workers", self.name, *key)
-            else:
-                requeue = round_seconds - elapsed
+                self._rounds[key] = self.clock.now()
+            elif step.requeue is None:  # ErrNoMoreWorkers: no state change
+                log.debug("%s: %s/%s: no more workers", self.name, *key)
         else:  # C32: external — read the nomination as written
             nominated = current
         missing = [c for c in nominated if c not in group.remotes]
