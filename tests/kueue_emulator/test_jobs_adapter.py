@@ -865,11 +865,13 @@ async def test_item6_manager_keeps_quota_while_the_mirrored_job_is_active(
         )
 
         async def suspended() -> Obj | None:
+            # Job.Stop suspends the spec, then resets startTime in a second (status) write; a
+            # read between the two saw the old startTime (CI at 0798f4f, under load).
             job = await api.job("mk")
-            return job if job and job["spec"]["suspend"] else None
+            stopped = job and job["spec"]["suspend"] and "startTime" not in job["status"]
+            return job if stopped else None
 
-        stopped = await eventually(suspended, "the manager Job to be suspended")
-        assert "startTime" not in stopped["status"]  # Job.Stop resets it
+        stopped = await eventually(suspended, "the manager Job suspended, startTime reset")
         assert stopped["status"]["active"] == 1  # nobody runs pods here: still the copy
         # A pass that sees the next Job also saw the suspended one (one Job informer, in
         # order); a release would have been written before the next Job's Workload.
