@@ -11,8 +11,8 @@ namespace, the probes listen on free loopback ports, logs are text.
 Environment controls: a worker is disconnected by taking its fake API server down (connections
 cut, the port refuses) and reconnected by bringing it up on the same port; the dispatcher is
 restarted by cancelling its task trees and starting new ones (a replica "killed" in
-:meth:`SandboxBackend.kill_leader` is cancelled too: in process, it releases its Lease on the way
-out, where the real backend's SIGKILL leaves the Lease to expire); Kueue's dispatcher is switched by
+:meth:`SandboxBackend.kill_leader` is cancelled too, but told not to release its Lease, which
+then expires as after the real backend's SIGKILL); Kueue's dispatcher is switched by
 starting a fresh installation with that ``dispatcherName`` (a restart of Kueue with a new
 configuration, and an empty cluster state).
 """
