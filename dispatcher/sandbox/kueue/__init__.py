@@ -20,9 +20,10 @@ emulation (``dispatcher/sandbox/kueue/``)  Kueue v0.19.2
 ``multikueue/multikueuecluster.py``       ``.../multikueue/multikueuecluster.go``,
                                           ``remote_client.go``
 ``multikueue/admissioncheck.py``          ``.../multikueue/admissioncheck.go``
-``multikueue/workload.py``                ``.../multikueue/workload.go``, with the dispatchers
-                                          of ``pkg/controller/workloaddispatcher/`` and the GC
-                                          of ``multikueuecluster.go`` (``runGC``)
+``multikueue/workload.py``                ``.../multikueue/workload.go``, with the GC of
+                                          ``multikueuecluster.go`` (``runGC``)
+``multikueue/dispatchers.py``             AllAtOnce (a branch of ``workload.go``) and
+                                          ``pkg/controller/workloaddispatcher/``
 ``jobs/job_controller.py``                ``pkg/controller/jobs/job/job_controller.go``,
                                           ``pkg/controller/jobframework/reconciler.go``
 ``jobs/job_multikueue_adapter.py``        ``pkg/controller/jobs/job/job_multikueue_adapter.go``
