@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from badinput_kit import pod_set, schema_less_dispatcher, workload
+from badinput_kit import SchemaLess, pod_set, schema_less_dispatcher, workload
 
 from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest
 from dispatcher.k8s.client import KubeApi
@@ -28,6 +28,12 @@ ORIGIN_LABEL = "kueue.x-k8s.io/multikueue-origin"
 def always_w2(request: DispatchRequest, snapshots: Sequence[ClusterSnapshot]) -> Decision:
     """A pipeline stand-in that always prefers ``w2``."""
     return Decision("always-w2", ("w2",), "w2 is preferred")
+
+
+def mirrored(env: SchemaLess, worker: str, name: str) -> bool:
+    """Whether the dispatcher's mirror of ``worker`` holds the Workload ``name``."""
+    mirror = env.registry.workers[worker].mirror
+    return mirror is not None and mirror.cache("workloads").get(name, "default") is not None
 
 
 def old_copy(name: str) -> dict[str, object]:
@@ -45,13 +51,7 @@ async def test_no_nomination_until_the_old_copy_is_removed() -> None:
     async with schema_less_dispatcher(always_w2, workers=("w1", "w2")) as env:
         async with await KubeApi.from_kubeconfig(env.workers["w2"].kubeconfig, name="w2") as w2:
             await w2.create(WORKLOADS, old_copy("job"), "default")
-            await env.wait(
-                lambda: (
-                    env.registry.workers["w2"].mirror is not None
-                    and env.registry.workers["w2"].mirror.cache("workloads").get("job", "default")
-                    is not None
-                )
-            )
+            await env.wait(lambda: mirrored(env, "w2", "job"))
             await env.add_workload(workload("job", [pod_set({"cpu": "1"})]))
             await env.wait(lambda: any(r == "WaitingForCopyRemoval" for r, _ in env.recorded))
             assert env.nominated("job") == ()
@@ -69,12 +69,6 @@ async def test_the_wait_for_an_old_copy_is_bounded() -> None:
         env.nominator.config = dataclasses.replace(env.nominator.config, leftover_wait_seconds=1)
         async with await KubeApi.from_kubeconfig(env.workers["w2"].kubeconfig, name="w2") as w2:
             await w2.create(WORKLOADS, old_copy("job"), "default")
-        await env.wait(
-            lambda: (
-                env.registry.workers["w2"].mirror is not None
-                and env.registry.workers["w2"].mirror.cache("workloads").get("job", "default")
-                is not None
-            )
-        )
+        await env.wait(lambda: mirrored(env, "w2", "job"))
         await env.add_workload(workload("job", [pod_set({"cpu": "1"})]))
         await env.wait(lambda: env.nominated("job") == ("w2",))

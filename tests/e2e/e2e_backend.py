@@ -202,6 +202,11 @@ def is_true(obj: Obj | None, kind: str) -> bool:
     return (condition(obj, kind) or {}).get("status") == "True"
 
 
+def is_false(obj: Obj | None, kind: str) -> bool:
+    """Whether the condition ``kind`` is present and False (absent is neither)."""
+    return (condition(obj, kind) or {}).get("status") == "False"
+
+
 def admitted_on(worker: str) -> Callable[[Obj], bool]:
     """Predicate: ``clusterName`` is ``worker`` and the manager Workload is ``Admitted``."""
     return lambda w: cluster_of(w) == worker and is_true(w, "Admitted")

@@ -315,10 +315,9 @@ class TraceRecorder:
         for job in self.jobs.values():
             if job.first_seen < since:
                 continue
-            workloads = [w for w in self.manager.values() if w.job_uid == job.uid]
-            if not workloads:
+            workload = self._traced_workload(job)
+            if workload is None:
                 continue
-            workload = max(workloads, key=lambda w: w.first_seen)
             done = workload.gone_at is not None or (
                 _conditions(workload.last).get("Finished", ("",))[0] == "True"
             )
@@ -354,17 +353,12 @@ class TraceRecorder:
 
     def _job_trace(self, job: _Job) -> Obj:
         t0 = job.first_seen
-        workloads = [w for w in self.manager.values() if w.job_uid == job.uid]
-        workloads.sort(key=lambda w: w.first_seen)
         trace: Obj = {"job": job.name, "mode": job.mode}
-        if not workloads:
+        workload = self._traced_workload(job)
+        if workload is None:
             trace.update(workload=None, final={"outcome": "no-workload"})
             return trace
-        # A Job has one Workload (Kueue recreates it only when the Job's pod template changes,
-        # which no scenario does); should there be more, the last one is the one traced, and
-        # the count says so.
-        workload = workloads[-1]
-        trace["workloads"] = len(workloads)
+        trace["workloads"] = sum(1 for w in self.manager.values() if w.job_uid == job.uid)
         trace["workload"] = workload.name
         trace["nominations"] = _relative(workload.nominations, t0)
         trace["clusterName"] = _relative(workload.cluster_names, t0)
@@ -394,6 +388,13 @@ class TraceRecorder:
         trace["remoteCopiesCreated"] = created
         trace["final"] = _final_of(workload, sorted(present))
         return trace
+
+    def _traced_workload(self, job: _Job) -> _Manager | None:
+        """The manager Workload a Job's trace follows. A Job has one Workload (Kueue recreates
+        it only when the Job's pod template changes, which no scenario does); should there be
+        more, the last one first seen is traced, and the trace's ``workloads`` count says so."""
+        workloads = [w for w in self.manager.values() if w.job_uid == job.uid]
+        return max(workloads, key=lambda w: w.first_seen, default=None)
 
     def _manager_of(self, copy: _Object) -> _Manager | None:
         """The manager Workload a remote copy was made from: of those with its name, the last

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from e2e_backend import H100, NAMESPACE, Backend, cluster_of, condition, is_true
+from e2e_backend import H100, NAMESPACE, Backend, cluster_of, condition, is_false, is_true
 from e2e_trace import recorder_of
 
 from dispatcher.sandbox.topology import WorkloadLine
@@ -83,10 +83,7 @@ async def test_a_copy_preempted_on_its_worker_is_replaced_not_reused(backend: Ba
     # HIGH goes once the fresh copy waits on worker2 behind it (QuotaReserved=False, Pending:
     # C13), so that the copy waits on every backend rather than when it happens to arrive late.
     await backend.wait_for(
-        lambda: (
-            (condition(backend.copies(LOW).get("worker2"), "QuotaReserved") or {}).get("status")
-            == "False"
-        ),
+        lambda: is_false(backend.copies(LOW).get("worker2"), "QuotaReserved"),
         f"{LOW}'s fresh copy pending on worker2 behind {HIGH}",
         long,
     )

@@ -27,6 +27,7 @@ from e2e_backend import (
     admitted_on,
     cluster_of,
     condition,
+    is_false,
     is_true,
 )
 
@@ -364,12 +365,7 @@ async def test_s13_a_lost_nominated_worker_is_replaced_by_a_reachable_one(
         # QuotaReserved=False, Pending: C13); deleted earlier, the copy might arrive after the
         # room was made, and whether it waited would be timing.
         await backend.wait_for(
-            lambda: (
-                (condition(backend.copies("s13-mover").get(survivor), "QuotaReserved") or {}).get(
-                    "status"
-                )
-                == "False"
-            ),
+            lambda: is_false(backend.copies("s13-mover").get(survivor), "QuotaReserved"),
             f"s13-mover's copy pending on the full {survivor}",
             backend.timeouts.long,
         )

@@ -25,7 +25,7 @@ from typing import Any
 
 import anyio
 import pytest
-from e2e_backend import NAMESPACE, KubeBackend, cluster_of, condition, is_true
+from e2e_backend import NAMESPACE, KubeBackend, cluster_of, condition, is_false, is_true
 
 from dispatcher.sandbox.topology import WorkloadLine
 
@@ -326,7 +326,7 @@ async def test_item8_a_pods_quota_counts_every_pod(
     await wait_workload(
         backend,
         "f8-two-more",
-        lambda w: (condition(w, "QuotaReserved") or {}).get("status") == "False",
+        lambda w: is_false(w, "QuotaReserved"),
         "pending for pods",
     )
     await backend.create_job_on(
@@ -377,7 +377,7 @@ async def test_item9_no_preemption_to_make_room_for_borrowing(
     await wait_workload(
         backend,
         "f9-high",
-        lambda w: (condition(w, "QuotaReserved") or {}).get("status") == "False",
+        lambda w: is_false(w, "QuotaReserved"),
         "pending",
     )
     await backend.stays(
