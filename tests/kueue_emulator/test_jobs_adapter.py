@@ -24,6 +24,7 @@ from kubernetes_asyncio.client import ApiClient
 
 from dispatcher.sandbox.fakeapi.server import FakeCluster, load_crd_documents
 from dispatcher.sandbox.kubeclient import KubeClient
+from dispatcher.sandbox.kueue.core import CoreKueue
 from dispatcher.sandbox.kueue.jobs import (
     JOB_UID_LABEL,
     RESOURCE_IN_USE_FINALIZER,
@@ -33,6 +34,7 @@ from dispatcher.sandbox.kueue.jobs import (
     workload_name_for_job,
     workload_name_for_owner,
 )
+from dispatcher.sandbox.kueue.multikueue import MultiKueueManager
 from dispatcher.sandbox.kueue.runtime import (
     ORIGIN_LABEL,
     PREBUILT_WORKLOAD_LABEL,
@@ -683,8 +685,6 @@ async def test_s18_s55_job_on_the_manager_runs_on_a_worker_end_to_end(tmp_path: 
     the core, the MultiKueue controllers with Kueue's default AllAtOnce dispatcher and the
     adapter's hooks; every worker runs the core and the adapter.
     """
-    core = pytest.importorskip("dispatcher.sandbox.kueue.core")
-    multikueue = pytest.importorskip("dispatcher.sandbox.kueue.multikueue")
     from dispatcher.sandbox.serve import run_topology
     from dispatcher.sandbox.topology import generic_topology
 
@@ -702,12 +702,12 @@ async def test_s18_s55_job_on_the_manager_runs_on_a_worker_end_to_end(tmp_path: 
         for cluster in sandbox.clusters:
             role = "manager" if cluster is sandbox.manager else "worker"
             conn = ClusterConnection(cluster.name, cluster.kubeconfig, ())
-            kueue_core = core.CoreKueue(conn, config_, clock, role=role)
+            kueue_core = CoreKueue(conn, config_, clock, role=role)
             adapter = JobAdapter(conn, config_, clock, role=role)
             adapters[cluster.name] = adapter
             runners += [conn.run, kueue_core.run, adapter.run]
             if role == "manager":
-                mk = multikueue.MultiKueueManager(
+                mk = MultiKueueManager(
                     conn,
                     config_,
                     clock,

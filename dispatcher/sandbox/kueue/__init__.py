@@ -11,9 +11,15 @@ Kueue can be compared file by file:
 ========================================  =====================================================
 emulation (``dispatcher/sandbox/kueue/``)  Kueue v0.19.2
 ========================================  =====================================================
-``core.py``                               ``pkg/controller/core/`` (workload, clusterqueue,
-                                          localqueue controllers) and ``pkg/scheduler/``
-                                          (``scheduler.go``); see its docstring for the parts
+``core/__init__.py``                       the core's pass: ``cmd/kueue/main.go``'s core
+                                          controllers run one after another
+``core/cache.py``                         ``pkg/cache/``, ``pkg/queue/``
+``core/workload.py``                      ``pkg/workload/`` (status writes, eviction)
+``core/workload_controller.py``           ``pkg/controller/core/workload_controller.go``
+``core/scheduler.py``                     ``pkg/scheduler/scheduler.go``
+``core/queue_controllers.py``             ``pkg/controller/core/clusterqueue_controller.go``,
+                                          ``localqueue_controller.go``
+``core/constants.py``                     reasons of ``apis/kueue/v1beta1/workload_types.go``
 ``multikueue/__init__.py``                ``pkg/controller/admissionchecks/multikueue/
                                           controllers.go`` (``SetupControllers``)
 ``multikueue/controllers.py``             ``.../multikueue/controllers.go`` (shared defaults)
