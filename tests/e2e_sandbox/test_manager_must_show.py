@@ -52,7 +52,9 @@ async def test_field_manager_pitfall(
     admission policy or the WorkloadRequestUseMergePatch gate on Kueue, everything is admitted."""
     lines = cpu_jobs("pitfall", 2)
     names = {line.name for line in lines}
-    settings = {"stuck_after_seconds": 2.0, "write_mode": "apply"}
+    # Kueue batches worker events for 1 s before it sets clusterName (issue 14 item 10): a 2 s
+    # threshold reported remedied workloads as stuck on a loaded CI machine (CI at 31647f9).
+    settings = {"stuck_after_seconds": 6.0, "write_mode": "apply"}
     async with environment(
         tmp_path, default_topology(), crds=crds_dir, remedy=remedy, settings=settings
     ) as env:
