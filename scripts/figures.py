@@ -421,7 +421,8 @@ writes it there from the registry, so a figure is changed by recording a new run
 the text. A figure from a stale run is shown with "(not re-measured since COMMIT)"; the reason
 is in the runs table below. `tests/test_figures.py` fails when a document differs from what the
 script writes, when a run lacks its command or commit, when a commit is not an ancestor of HEAD,
-when a version claim differs from the version the code pins, and when a measured number stands
+when a measured figure's section (the text between two headings) does not name its commit, when
+a version claim differs from the version the code pins, and when a measured number stands
 outside a marker.
 
 **The rule for a measured number.** In the README and `docs/*.md` (the generated tables, code
@@ -512,6 +513,29 @@ def stale_files(root: Path = ROOT) -> list[str]:
         for path, text in rendered(root).items()
         if not path.exists() or path.read_text() != text
     ]
+
+
+def unnamed_commits(root: Path = ROOT, figures: Mapping[str, Figure] | None = None) -> list[str]:
+    """Each measured figure whose section (the text between two headings) does not name the
+    commit it was measured at: a reader of the docs must see it beside the figure, not only in
+    ``docs/figures.md``. Version claims are backed by their pins instead."""
+    figures = load_registry(root / "docs" / "figures") if figures is None else figures
+    problems = []
+    for path in documents(root):
+        name = _rel(path, root)
+        text = path.read_text()
+        for section in re.split(r"(?m)^#{1,6} .*$", text):
+            for match in markers(section):
+                figure = figures.get(match["id"])
+                if figure is None or figure.spec.kind == "version":
+                    continue
+                if figure.run.spec.commit not in section:
+                    heading = next((p.heading for i, p in places(name, text) if i == figure.id), "")
+                    problems.append(
+                        f"{Place(name, heading)}: figure {figure.id}: its section does not name "
+                        f"commit {figure.run.spec.commit} (put {{commit}} in its text)"
+                    )
+    return problems
 
 
 # --- commits and pins ------------------------------------------------------------------------
@@ -818,6 +842,7 @@ def check(root: Path = ROOT) -> list[str]:
     else:
         problems.append("not a git checkout: the runs' commits cannot be checked")
     problems += pin_problems(figures, root)
+    problems += unnamed_commits(root, figures)
     findings, unused = unmarked_figures(root)
     problems += [f"{f}: a measured number outside a figure marker" for f in findings]
     problems += [

@@ -68,6 +68,10 @@ def test_no_measured_number_stands_outside_a_marker() -> None:
     assert unused == [], "allowed.toml entries that match nothing"
 
 
+def test_every_measured_figure_has_its_commit_in_its_section() -> None:
+    assert figures.unnamed_commits() == []
+
+
 def test_the_check_command_passes() -> None:
     result = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "figures.py"), "--check"],
@@ -123,6 +127,35 @@ def test_a_figure_is_rendered_between_its_markers(tmp_path: Path) -> None:
     table = out[root / "docs" / "figures.md"]
     assert "| `f1` | how long it took | README.md | took 1.5 s at abc1234 |" in table
     assert figures.stale_files(root) == ["README.md", "docs/figures.md"]
+
+
+BARE = '\n[figures.f2]\nrun = "r1"\nclaim = "no commit in its text"\ntext = "{seconds} s"\n'
+
+
+@pytest.mark.parametrize(
+    ("readme", "problems"),
+    [
+        pytest.param("It <!-- figure:f1 --><!-- /figure -->.\n", [], id="in-its-text"),
+        pytest.param(
+            "# A\n\nAt abc1234: <!-- figure:f2 --><!-- /figure -->.\n", [], id="in-its-section"
+        ),
+        pytest.param(
+            "# A\n\nAt abc1234.\n\n## B\n\nIt <!-- figure:f2 --><!-- /figure -->.\n",
+            [
+                "README.md § B: figure f2: its section does not name commit abc1234"
+                " (put {commit} in its text)"
+            ],
+            id="in-another-section",
+        ),
+    ],
+)
+def test_a_figure_names_its_commit_in_its_section(
+    tmp_path: Path, readme: str, problems: list[str]
+) -> None:
+    root = _world(tmp_path, readme=readme, figure=FIGURE + BARE)
+    registry = figures.load_registry(root / "docs" / "figures")
+    (root / "README.md").write_text(figures.render_document("README.md", readme, registry))
+    assert figures.unnamed_commits(root, registry) == problems
 
 
 def test_a_stale_run_says_so_in_the_text(tmp_path: Path) -> None:
