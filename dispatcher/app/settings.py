@@ -5,6 +5,12 @@ fields with ``__``: ``DISPATCHER_LEADER_ELECTION__LEASE_NAME``), the YAML file, 
 section 4). Unknown keys are errors; every field has a description, from which
 ``docs/configuration.md`` is generated (``scripts/gen_config_docs.py``).
 
+A list setting given as text (an environment variable, a flag, a YAML string) is a JSON list or
+comma-separated items, each stripped (``" gpu-type-affinity , capacity-first"``); a mapping or
+a section in an environment variable is JSON. One validator does it for every such field
+(:func:`decode_text`), so text that does not parse is reported like any other bad value, naming
+the setting and the variable or flag it came from.
+
 Use :func:`load_settings` (flags as a dict, YAML path) and print ``str(error)`` of the
 :class:`ConfigError` it raises; :func:`render_validation_error` renders a pydantic
 ``ValidationError`` for humans, naming each field and where its value came from.
@@ -13,8 +19,11 @@ Use :func:`load_settings` (flags as a dict, YAML path) and print ``str(error)`` 
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import re
+import types
+import typing
 from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from pathlib import Path
@@ -29,10 +38,13 @@ from pydantic import (
     ValidationInfo,
     field_validator,
 )
+from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
+    EnvSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
     YamlConfigSettingsSource,
 )
 
@@ -49,10 +61,13 @@ __all__ = [
     "FALLBACK_DESCRIPTIONS",
     "ClientSettings",
     "ConfigError",
+    "EnvironmentText",
     "LeaderElectionSettings",
     "Settings",
+    "decode_text",
     "load_settings",
     "render_validation_error",
+    "split_list",
 ]
 
 ENV_PREFIX = "DISPATCHER_"
@@ -74,8 +89,85 @@ _LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 _YAML_FILE: ContextVar[Path | None] = ContextVar("dispatcher_settings_yaml_file", default=None)
 
 
+def _text_form(annotation: Any) -> Literal["list", "json"] | None:
+    """How a text value of a field of this type is read: ``list`` (JSON or comma-separated),
+    ``json`` (mappings and sections), or ``None`` (scalars: left to pydantic)."""
+    origin = typing.get_origin(annotation)
+    if origin in (types.UnionType, typing.Union):
+        forms = {_text_form(a) for a in typing.get_args(annotation) if a is not type(None)}
+        return forms.pop() if len(forms) == 1 else None
+    if origin in (list, tuple, set, frozenset):
+        return "list"
+    if origin is dict or annotation is dict:
+        return "json"
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return "json"
+    return None
+
+
+def split_list(text: str) -> list[str]:
+    """Comma-separated items, each stripped; empty items are dropped (``""`` is ``[]``)."""
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def _json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(
+            f"not valid JSON ({error.msg}, line {error.lineno} column {error.colno})"
+        ) from None
+
+
+class EnvironmentText(str):
+    """The text of an environment variable that a mapping or section field could not decode as
+    JSON; :func:`decode_text` reports why (a YAML string there is just the wrong type)."""
+
+    __slots__ = ()
+
+
+def decode_text(value: object, annotation: Any) -> object:
+    """A text value of a list, mapping or section field as the value it stands for.
+
+    Lists (from any source): a JSON list (text starting with ``[``) or comma-separated items,
+    stripped. Mappings and sections: :class:`EnvironmentText` is JSON. Anything else is returned
+    unchanged. Raises ``ValueError`` (reported as a validation error of the field, with where
+    the value came from) for JSON that does not parse.
+    """
+    if not isinstance(value, str):
+        return value
+    form = _text_form(annotation)
+    if form == "list":
+        return _json(value) if value.lstrip().startswith("[") else split_list(value)
+    if form == "json" and isinstance(value, EnvironmentText):
+        return _json(value)
+    return value
+
+
+class _EnvironmentSource(EnvSettingsSource):
+    """``DISPATCHER_*`` variables. List values stay text (:func:`decode_text` reads the JSON and
+    the comma form); mapping and section values that are not JSON stay text too, so that bad
+    JSON is a validation error naming the variable (pydantic-settings raises a bare
+    ``SettingsError`` for it)."""
+
+    def decode_complex_value(self, field_name: str, field: FieldInfo, value: Any) -> Any:
+        if field is not None and _text_form(field.annotation) == "list":
+            return value
+        try:
+            return super().decode_complex_value(field_name, field, value)
+        except ValueError:
+            return EnvironmentText(value)
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _text_forms(cls, value: object, info: ValidationInfo) -> object:
+        if info.field_name is None:
+            return value
+        return decode_text(value, cls.model_fields[info.field_name].annotation)
 
 
 class ClientSettings(_Section):
@@ -252,6 +344,13 @@ class Settings(BaseSettings):
         "no traces. Needs the `otlp` extra.",
     )
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _text_forms(cls, value: object, info: ValidationInfo) -> object:
+        if info.field_name is None:
+            return value
+        return decode_text(value, cls.model_fields[info.field_name].annotation)
+
     @field_validator("dispatcher_name")
     @classmethod
     def _dispatcher_name(cls, value: str) -> str:
@@ -343,7 +442,10 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         """Flags (init arguments) > environment > YAML file (set by :func:`load_settings`)."""
-        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        sources: list[PydanticBaseSettingsSource] = [
+            init_settings,
+            _EnvironmentSource(settings_cls),
+        ]
         yaml_file = _YAML_FILE.get()
         if yaml_file is not None:
             sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=yaml_file))
@@ -351,13 +453,12 @@ class Settings(BaseSettings):
 
 
 class ConfigError(ValueError):
-    """The settings cannot be loaded; ``str()`` is the explanation for humans."""
+    """The settings cannot be loaded; ``str()`` is the explanation for humans, one line."""
 
     def __init__(self, problems: Sequence[str], *, header: str = "invalid settings") -> None:
-        """``problems`` are one line each; the message lists them under ``header``."""
+        """``problems`` are one line each; the message is ``header: problem; problem...``."""
         self.problems = tuple(problems)
-        lines = [f"{header}:", *(f"  - {p}" for p in self.problems)]
-        super().__init__("\n".join(lines))
+        super().__init__(f"{header}: {'; '.join(self.problems)}")
 
 
 def _nest(flags: Mapping[str, Any]) -> dict[str, Any]:
@@ -422,6 +523,11 @@ def load_settings(argv_overrides: Mapping[str, Any], yaml_path: Path | None) -> 
     except ValidationError as error:
         problems = _problems(error, flags=flags, yaml_data=yaml_data, yaml_path=yaml_path)
         raise ConfigError(problems) from error
+    except SettingsError as error:
+        # A source failed before validation (the environment source reports text it cannot
+        # read as a validation error instead, so this is a fallback).
+        cause = f": {error.__cause__}" if error.__cause__ is not None else ""
+        raise ConfigError([f"{error}{cause}"]) from error
     finally:
         _YAML_FILE.reset(token)
 
