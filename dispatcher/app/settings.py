@@ -6,10 +6,10 @@ section 4). Unknown keys are errors; every field has a description, from which
 ``docs/configuration.md`` is generated (``scripts/gen_config_docs.py``).
 
 A list setting given as text (an environment variable, a flag, a YAML string) is a JSON list or
-comma-separated items, each stripped (``" gpu-type-affinity , capacity-first"``); a mapping or
-a section in an environment variable is JSON. One validator does it for every such field
-(:func:`decode_text`), so text that does not parse is reported like any other bad value, naming
-the setting and the variable or flag it came from.
+comma-separated items, each stripped (``" gpu-type-affinity , capacity-first"``): one validator
+does it for every list field (:func:`decode_text`). A mapping or a section in an environment
+variable is JSON; JSON that does not parse is a :class:`ConfigError` naming the setting and the
+variable (:class:`EnvironmentValueError`), like any other bad value.
 
 Use :func:`load_settings` (flags as a dict, YAML path) and print ``str(error)`` of the
 :class:`ConfigError` it raises; :func:`render_validation_error` renders a pydantic
@@ -61,7 +61,7 @@ __all__ = [
     "FALLBACK_DESCRIPTIONS",
     "ClientSettings",
     "ConfigError",
-    "EnvironmentText",
+    "EnvironmentValueError",
     "LeaderElectionSettings",
     "Settings",
     "decode_text",
@@ -89,20 +89,13 @@ _LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 _YAML_FILE: ContextVar[Path | None] = ContextVar("dispatcher_settings_yaml_file", default=None)
 
 
-def _text_form(annotation: Any) -> Literal["list", "json"] | None:
-    """How a text value of a field of this type is read: ``list`` (JSON or comma-separated),
-    ``json`` (mappings and sections), or ``None`` (scalars: left to pydantic)."""
+def _is_list(annotation: Any) -> bool:
+    """Whether a field of this type is a list setting (``list[...]``, or one made optional)."""
     origin = typing.get_origin(annotation)
     if origin in (types.UnionType, typing.Union):
-        forms = {_text_form(a) for a in typing.get_args(annotation) if a is not type(None)}
-        return forms.pop() if len(forms) == 1 else None
-    if origin in (list, tuple, set, frozenset):
-        return "list"
-    if origin is dict or annotation is dict:
-        return "json"
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return "json"
-    return None
+        members = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return len(members) == 1 and _is_list(members[0])
+    return origin in (list, tuple, set, frozenset)
 
 
 def split_list(text: str) -> list[str]:
@@ -119,44 +112,63 @@ def _json(text: str) -> Any:
         ) from None
 
 
-class EnvironmentText(str):
-    """The text of an environment variable that a mapping or section field could not decode as
-    JSON; :func:`decode_text` reports why (a YAML string there is just the wrong type)."""
-
-    __slots__ = ()
-
-
 def decode_text(value: object, annotation: Any) -> object:
-    """A text value of a list, mapping or section field as the value it stands for.
-
-    Lists (from any source): a JSON list (text starting with ``[``) or comma-separated items,
-    stripped. Mappings and sections: :class:`EnvironmentText` is JSON. Anything else is returned
-    unchanged. Raises ``ValueError`` (reported as a validation error of the field, with where
-    the value came from) for JSON that does not parse.
-    """
-    if not isinstance(value, str):
-        return value
-    form = _text_form(annotation)
-    if form == "list":
+    """A list setting given as text (a flag, a YAML string, an environment variable): a JSON
+    list when it starts with ``[``, else comma-separated items, stripped. Other values are
+    returned unchanged. Raises ``ValueError`` (a validation error of the field, reported with
+    where the value came from) for a JSON list that does not parse."""
+    if isinstance(value, str) and _is_list(annotation):
         return _json(value) if value.lstrip().startswith("[") else split_list(value)
-    if form == "json" and isinstance(value, EnvironmentText):
-        return _json(value)
     return value
 
 
+class EnvironmentValueError(ValueError):
+    """An environment variable whose JSON does not parse (for a list, a mapping or a section).
+
+    Raised by the environment source, so the variable is reported even when a higher source
+    (a flag) sets the same setting; :func:`load_settings` turns it into a :class:`ConfigError`.
+    """
+
+    def __init__(self, field: str, variable: str, value: str, problem: str) -> None:
+        super().__init__(f"{variable}: {problem}")
+        self.field = field
+        self.variable = variable
+        self.value = value
+        self.problem = problem
+
+    def line(self) -> str:
+        """The problem as :class:`ConfigError` lists it."""
+        return (
+            f"{self.field}: {self.problem} (got {redact(repr(self.value))}) "
+            f"[from environment variable {self.variable}]"
+        )
+
+
 class _EnvironmentSource(EnvSettingsSource):
-    """``DISPATCHER_*`` variables. List values stay text (:func:`decode_text` reads the JSON and
-    the comma form); mapping and section values that are not JSON stay text too, so that bad
-    JSON is a validation error naming the variable (pydantic-settings raises a bare
-    ``SettingsError`` for it)."""
+    """``DISPATCHER_*`` variables: a list in the comma form stays text (:func:`decode_text`
+    splits it); JSON that does not parse raises :class:`EnvironmentValueError` naming the
+    variable (pydantic-settings raises a bare ``SettingsError``)."""
 
     def decode_complex_value(self, field_name: str, field: FieldInfo, value: Any) -> Any:
-        if field is not None and _text_form(field.annotation) == "list":
+        text = str(value)
+        if field is not None and _is_list(field.annotation) and not text.lstrip().startswith("["):
             return value
         try:
-            return super().decode_complex_value(field_name, field, value)
-        except ValueError:
-            return EnvironmentText(value)
+            return _json(text)
+        except ValueError as error:
+            raise EnvironmentValueError(
+                field_name, _variable(field_name, text), text, str(error)
+            ) from None
+
+
+def _variable(field_name: str, value: str) -> str:
+    """The ``DISPATCHER_*`` variable holding ``value`` for ``field_name`` (its last part)."""
+    suffix = field_name.upper()
+    for name, text in os.environ.items():
+        upper = name.upper()
+        if upper.startswith(ENV_PREFIX) and upper.endswith(suffix) and text == value:
+            return name
+    return ENV_PREFIX + suffix
 
 
 class _Section(BaseModel):
@@ -524,10 +536,10 @@ def load_settings(argv_overrides: Mapping[str, Any], yaml_path: Path | None) -> 
         problems = _problems(error, flags=flags, yaml_data=yaml_data, yaml_path=yaml_path)
         raise ConfigError(problems) from error
     except SettingsError as error:
-        # A source failed before validation (the environment source reports text it cannot
-        # read as a validation error instead, so this is a fallback).
-        cause = f": {error.__cause__}" if error.__cause__ is not None else ""
-        raise ConfigError([f"{error}{cause}"]) from error
+        cause = error.__cause__
+        if isinstance(cause, EnvironmentValueError):
+            raise ConfigError([cause.line()]) from error
+        raise ConfigError([f"{error}: {cause}" if cause else str(error)]) from error
     finally:
         _YAML_FILE.reset(token)
 
