@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -47,7 +47,7 @@ def closed_port() -> int:
 
 
 @pytest.fixture
-def where(tmp_path: Path, closed_port: int, monkeypatch: pytest.MonkeyPatch) -> Iterator[Where]:
+def where(tmp_path: Path, closed_port: int, monkeypatch: pytest.MonkeyPatch) -> Where:
     for name in list(os.environ):
         if name.startswith("DISPATCHER_") or name in (
             "KUBECONFIG",
@@ -114,7 +114,10 @@ MANAGER_COMMANDS = {
 }
 
 
-def _each_manager_command(case_id: str, args: tuple[str, ...], code: int, line: str, **env: str):  # type: ignore[no-untyped-def]
+def _each_manager_command(
+    case_id: str, args: tuple[str, ...], code: int, line: str, **env: str
+) -> list[Any]:
+    """The case for run, check-config and explain alike (ids ``COMMAND-CASE``)."""
     return [
         pytest.param(Case((*command, *args), code, line, env), id=f"{name}-{case_id}")
         for name, command in MANAGER_COMMANDS.items()

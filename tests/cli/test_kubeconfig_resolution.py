@@ -92,7 +92,7 @@ class Place:
         (self.account / "ca.crt").write_bytes(ca)
 
     def resolve(
-        self, kubeconfig: Path | None = None, context: str | None = None, **env: str
+        self, kubeconfig: Path | None = None, context: str | None = None, /, **env: str
     ) -> ManagerConnection:
         return resolve_manager_connection(
             kubeconfig, context, environ=self.environ(**env), service_account_dir=self.account
@@ -225,7 +225,7 @@ async def test_KUBECONFIG_files_are_merged_as_client_go_merges_them(
     first, second = two_files
     missing = place.root / "missing.yaml"  # skipped, as client-go skips it
     listed = f"{first}:{missing}:{second}"
-    found = place.resolve(context=context, KUBECONFIG=listed)
+    found = place.resolve(None, context, KUBECONFIG=listed)
     assert (found.context, found.server, found.files) == (used, server, (str(first), str(second)))
     # kubernetes_asyncio's own merger and loader build the client: the user comes from b.
     api = await manager_client(found, user_agent="test")
