@@ -1,19 +1,48 @@
-"""The ``multikueue-dispatcher`` command line (design section 4)."""
+"""The ``multikueue-dispatcher`` command line (design section 4).
+
+:func:`main` is the one error boundary: an expected failure of any command (bad settings from a
+flag, a ``DISPATCHER_*`` variable or the YAML file; no usable kubeconfig; a file that cannot be
+read or parsed; an unreachable manager) is one line on stderr naming what is wrong and where, and
+exit 2 (usage, configuration) or 1 (at run time). ``--debug`` prints the traceback before it.
+Usage errors of the parser are one line too.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
+
+PROG = "multikueue-dispatcher"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with usage errors as one line (exit 2); subcommand parsers inherit it."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _debug_flag(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    # Accepted before and after the command; the subcommand's default must not override the
+    # top-level value, hence SUPPRESS there.
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        default=False if top else argparse.SUPPRESS,
+        help="on an error, print its traceback before the one-line message",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every command; tests and the README use these names."""
-    parser = argparse.ArgumentParser(
-        prog="multikueue-dispatcher",
+    parser = _Parser(
+        prog=PROG,
         description="External dispatcher for Kueue MultiKueue.",
     )
+    _debug_flag(parser, top=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
@@ -130,8 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser(
         "run",
         help="the manager process: mirror workers and nominate clusters",
-        description="Run the dispatcher against the manager cluster (in-cluster configuration, "
-        "or --kubeconfig). Settings: flags > DISPATCHER_* environment > YAML file > defaults.",
+        description="Run the dispatcher against the manager cluster, found as kubectl finds it: "
+        "--kubeconfig, else $KUBECONFIG, else in-cluster, else ~/.kube/config. Settings: flags "
+        "> DISPATCHER_* environment > YAML file > defaults.",
     )
     _settings_flags(run)
     run.add_argument("--identity", help="leader-election identity (default: host name + uuid)")
@@ -178,12 +208,22 @@ def build_parser() -> argparse.ArgumentParser:
             "write the results (docs/simulator.md).",
         )
     )
+    for command in sub.choices.values():
+        _debug_flag(command, top=False)
     return parser
 
 
 def _settings_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--kubeconfig", help="kubeconfig of the manager cluster (default: in-cluster)"
+        "--kubeconfig",
+        metavar="FILE",
+        help="kubeconfig of the manager cluster (default: $KUBECONFIG, a colon-separated list "
+        "merged as kubectl merges it; else in-cluster; else ~/.kube/config)",
+    )
+    parser.add_argument(
+        "--context",
+        metavar="NAME",
+        help="context of the kubeconfig to use (default: its current-context)",
     )
     parser.add_argument(
         "--config", help="YAML settings file (default: $DISPATCHER_CONFIG_FILE if set)"
@@ -193,7 +233,9 @@ def _settings_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--write-mode", choices=["apply", "merge-patch"])
     parser.add_argument("--field-manager")
     parser.add_argument(
-        "--algorithms", help="comma-separated pipeline, e.g. gpu-type-affinity,capacity-first"
+        "--algorithms",
+        help="the pipeline, comma-separated (spaces around names ignored) or a JSON list, e.g. "
+        "gpu-type-affinity,capacity-first",
     )
     parser.add_argument("--workers", type=int, help="concurrent reconciles")
     parser.add_argument("--health-address", help="host:port of /healthz and /readyz")
@@ -219,7 +261,7 @@ def _load_settings(args: argparse.Namespace) -> Any:
         "kueue_namespace": args.kueue_namespace,
         "write_mode": args.write_mode,
         "field_manager": args.field_manager,
-        "algorithms": args.algorithms.split(",") if args.algorithms else None,
+        "algorithms": args.algorithms,  # text: the settings read the comma form and JSON
         "workers": args.workers,
         "health_address": args.health_address,
         "metrics_address": args.metrics_address,
@@ -233,27 +275,16 @@ def _load_settings(args: argparse.Namespace) -> Any:
 
 def run_command(args: argparse.Namespace) -> int:
     """The ``run`` command."""
-    from pathlib import Path
-
     import anyio
 
-    from dispatcher.app.manager import build_decide, run_manager
-    from dispatcher.app.settings import ConfigError
-    from dispatcher.plugins import PluginError, PluginHost
+    from dispatcher.app.manager import check_pipeline, run_manager
 
-    try:
-        settings = _load_settings(args)
-    except ConfigError as error:
-        print(error, file=sys.stderr)
-        return 2
-    try:
-        build_decide(settings, PluginHost.load())  # as check-config: on stderr, before logging
-    except (PluginError, ValueError) as error:
-        print(f"algorithms: {error}", file=sys.stderr)
-        return 2
-    kubeconfig = Path(args.kubeconfig) if args.kubeconfig else None
+    settings = _load_settings(args)
+    check_pipeline(settings)  # as check-config: one line on stderr, before logging
     code: int = anyio.run(
-        lambda: run_manager(settings, kubeconfig=kubeconfig, identity=args.identity)
+        lambda: run_manager(
+            settings, kubeconfig=args.kubeconfig, context=args.context, identity=args.identity
+        )
     )
     return code
 
@@ -262,14 +293,14 @@ def list_plugins(as_json: bool) -> int:
     """The ``plugins`` command: algorithms, their sources, and plugins that failed to load."""
     import json
 
+    from dispatcher.app.errors import CommandError
     from dispatcher.plugins import PluginError, PluginHost
 
     try:
         host = PluginHost.load()
         algorithms = host.algorithms()
     except PluginError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+        raise CommandError(f"plugins: {error}", exit_code=1) from error
     rows = [
         {
             "algorithm": name,
@@ -294,8 +325,42 @@ def list_plugins(as_json: bool) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command and return its exit code."""
+    """Run one command and return its exit code; the one error boundary (module docstring)."""
     args = build_parser().parse_args(argv)
+    try:
+        return _command(args)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as error:
+        code, line = failure(error)
+        if args.debug:
+            traceback.print_exception(error, file=sys.stderr)
+        print(line, file=sys.stderr)
+        return code
+
+
+def failure(error: BaseException) -> tuple[int, str]:
+    """The exit code and the one line for an exception that ended a command."""
+    from dispatcher.app.errors import CommandError, describe_api_error
+    from dispatcher.app.settings import ConfigError
+    from dispatcher.k8s.errors import ApiError, ManagerConfigError
+
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]  # from a task group: the one failure inside it
+    if isinstance(error, CommandError):
+        return error.exit_code, str(error)
+    if isinstance(error, ConfigError | ManagerConfigError):
+        return 2, str(error)
+    if isinstance(error, ApiError):
+        return 1, f"manager cluster: {describe_api_error(error)}"
+    text = " ".join(str(error).split())
+    return 1, (
+        f"unexpected error: {type(error).__name__}{': ' + text if text else ''} "
+        "(a bug: --debug prints the traceback)"
+    )
+
+
+def _command(args: argparse.Namespace) -> int:
     if args.command == "sandbox":
         from dispatcher.sandbox import serve
 

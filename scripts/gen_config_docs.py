@@ -29,9 +29,13 @@ flags, environment variables, the YAML file, defaults. The YAML file uses the se
 below (nested settings as nested mappings); its path comes from the command line or
 `DISPATCHER_CONFIG_FILE` (the Deployment mounts a ConfigMap at
 `/etc/multikueue-dispatcher/config.yaml`). Environment variables are `DISPATCHER_` plus the
-setting name in capitals, nested settings joined with `__`; lists and mappings are given as
-JSON. Unknown keys and values of the wrong type are errors that name the setting;
-`multikueue-dispatcher check-config` reports them without starting anything.
+setting name in capitals, nested settings joined with `__`. A list given as text (an environment
+variable, a flag such as `--algorithms`, a YAML string) is comma-separated items, each stripped
+(`DISPATCHER_ALGORITHMS=" gpu-type-affinity , capacity-first"`), or a JSON list; mappings and
+sections in environment variables are JSON (`DISPATCHER_LEADER_ELECTION='{"enabled": false}'`).
+Unknown keys, values of the wrong type and text that does not parse are errors, one line that
+names the setting and where its value came from (the command line, the variable, the file);
+`multikueue-dispatcher check-config --offline` reports them without connecting anywhere.
 
 ```yaml
 dispatcher_name: example.com/multikueue-dispatcher

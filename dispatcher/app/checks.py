@@ -5,30 +5,33 @@ and kubeconfig Secrets of the manager, validates every worker kubeconfig as Kueu
 tries each worker once. ``explain NS/NAME`` prints the dispatcher's last Event on the Workload
 (the explanation of its last decision) and a fresh evaluation from freshly synced mirrors.
 Neither writes anything.
+
+Both find the manager cluster as ``run`` does (:func:`~dispatcher.app.manager.open_manager_api`)
+and raise their expected failures (bad settings, no kubeconfig, an unreachable manager) for the
+command line to print as one line.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import sys
 from collections.abc import Callable
-from pathlib import Path
 
 import anyio
 
 from dispatcher.algorithms.explain import describe_decision
-from dispatcher.app.manager import build_decide, controller_config
-from dispatcher.app.settings import ConfigError, Settings
+from dispatcher.app.errors import CommandError
+from dispatcher.app.manager import build_decide, check_pipeline, controller_config, open_manager_api
+from dispatcher.app.settings import Settings
 from dispatcher.clusters.registry import ClusterRegistry, WorkerState, resolve_kubeconfig
 from dispatcher.controller.nominator import EVENT_COMPONENT, Nominator
-from dispatcher.k8s.client import KubeApi, client_from_kubeconfig_file, client_in_cluster
+from dispatcher.k8s.client import KubeApi
 from dispatcher.k8s.errors import ApiError
 from dispatcher.k8s.kubeconfig import KubeconfigError
 from dispatcher.k8s.resources import ADMISSION_CHECKS, EVENTS, MULTIKUEUE_CLUSTERS, SECRETS
 from dispatcher.kueue.eligibility import MULTIKUEUE_CONTROLLER
 from dispatcher.kueue.objects import InvalidField
-from dispatcher.plugins import PluginError, PluginHost
+from dispatcher.plugins import PluginHost
 
 __all__ = ["check_config_command", "describe_state", "explain_command"]
 
@@ -36,12 +39,7 @@ LoadSettings = Callable[[argparse.Namespace], Settings]
 
 
 async def _manager_api(args: argparse.Namespace, settings: Settings) -> KubeApi:
-    timeout = settings.manager_client.request_timeout_seconds
-    if args.kubeconfig:
-        client = await client_from_kubeconfig_file(str(Path(args.kubeconfig)))
-    else:
-        client = client_in_cluster()
-    return KubeApi(client, request_timeout=timeout, name="manager")
+    return await open_manager_api(settings, kubeconfig=args.kubeconfig, context=args.context)
 
 
 def describe_state(state: WorkerState) -> str:
@@ -52,14 +50,6 @@ def describe_state(state: WorkerState) -> str:
     if state.message:
         parts.append(state.message)
     return ": ".join(parts)
-
-
-def _settings_or_exit(args: argparse.Namespace, load: LoadSettings) -> Settings | None:
-    try:
-        return load(args)
-    except ConfigError as error:
-        print(error, file=sys.stderr)
-        return None
 
 
 async def _check_workers(args: argparse.Namespace, settings: Settings) -> int:
@@ -102,31 +92,29 @@ async def _check_workers(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def check_config_command(args: argparse.Namespace, load: LoadSettings) -> int:
-    """Exit 0 when everything checked is usable, 1 on a problem, 2 on bad settings."""
-    settings = _settings_or_exit(args, load)
-    if settings is None:
-        return 2
-    try:
-        build_decide(settings, PluginHost.load())
-    except (PluginError, ValueError) as error:
-        print(f"algorithms: {error}", file=sys.stderr)
-        return 2
+    """Exit 0 when everything checked is usable, 1 on a problem found.
+
+    Bad settings or pipeline raise (exit 2), and so do a missing kubeconfig (2) and an
+    unreachable manager (1).
+    """
+    settings = load(args)
+    check_pipeline(settings)
     print(f"settings: ok (dispatcher {settings.dispatcher_name}, pipeline {settings.algorithms})")
     if args.offline:
         return 0
-    try:
-        problems = anyio.run(_check_workers, args, settings)
-    except ApiError as error:
-        print(f"manager cluster: {error}", file=sys.stderr)
-        return 1
+    problems: int = anyio.run(_check_workers, args, settings)
     return 1 if problems else 0
 
 
+def _workload_key(text: str) -> tuple[str, str]:
+    namespace, _, name = text.partition("/")
+    if not namespace or not name or "/" in name:
+        raise CommandError(f"explain: expected NAMESPACE/NAME, not {text!r}")
+    return namespace, name
+
+
 async def _explain(args: argparse.Namespace, settings: Settings) -> int:
-    namespace, _, name = str(args.workload).partition("/")
-    if not namespace or not name:
-        print("explain: expected NAMESPACE/NAME", file=sys.stderr)
-        return 2
+    namespace, name = _workload_key(str(args.workload))
     async with await _manager_api(args, settings) as api:
         events = await api.list(
             EVENTS,
@@ -185,14 +173,14 @@ async def _explain(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def explain_command(args: argparse.Namespace, load: LoadSettings) -> int:
-    """Print the last decision and a fresh evaluation of one workload."""
-    settings = _settings_or_exit(args, load)
-    if settings is None:
-        return 2
+    """Print the last decision and a fresh evaluation of one workload.
+
+    Bad settings, a bad NAMESPACE/NAME or pipeline raise (exit 2), and so do a missing
+    kubeconfig (2) and an unreachable manager (1).
+    """
+    settings = load(args)
+    _workload_key(str(args.workload))
+    check_pipeline(settings)
     logging.basicConfig(level=logging.WARNING)
-    try:
-        code: int = anyio.run(_explain, args, settings)
-    except ApiError as error:
-        print(f"manager cluster: {error}", file=sys.stderr)
-        return 1
+    code: int = anyio.run(_explain, args, settings)
     return code

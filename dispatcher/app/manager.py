@@ -30,12 +30,14 @@ import anyio
 from opentelemetry.trace import Tracer
 
 from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest
+from dispatcher.app.errors import CommandError, ManagerApiError
 from dispatcher.app.settings import Settings
 from dispatcher.clusters.registry import ClusterRegistry
 from dispatcher.controller.nominator import ControllerConfig, Nominator
 from dispatcher.http import CheckResult, serve_http
-from dispatcher.k8s.client import KubeApi, client_from_kubeconfig_file, client_in_cluster
+from dispatcher.k8s.client import USER_AGENT, KubeApi
 from dispatcher.k8s.errors import ApiError
+from dispatcher.k8s.loading import manager_client, resolve_manager_connection
 from dispatcher.k8s.ratelimit import TokenBucket
 from dispatcher.k8s.watching import BackoffPolicy, WatchItem, WatchSettings
 from dispatcher.leader.elector import LeaderElector, LeadershipLost, Role
@@ -46,7 +48,14 @@ from dispatcher.telemetry.tracing import setup_tracing
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Manager", "build_decide", "controller_config", "run_manager"]
+__all__ = [
+    "Manager",
+    "build_decide",
+    "check_pipeline",
+    "controller_config",
+    "open_manager_api",
+    "run_manager",
+]
 
 SHUTDOWN_SECONDS = 10.0
 
@@ -95,6 +104,15 @@ def build_decide(
         return host.decide(pipeline, request, snapshots)
 
     return decide
+
+
+def check_pipeline(settings: Settings, host: PluginHost | None = None) -> None:
+    """Raise :class:`CommandError` (exit 2, ``algorithms: …``) when the settings name
+    algorithms, options or fail-closed plugins the plugin host does not have."""
+    try:
+        build_decide(settings, host if host is not None else PluginHost.load())
+    except (PluginError, ValueError) as error:
+        raise CommandError(f"algorithms: {error}") from error
 
 
 @dataclass
@@ -173,19 +191,36 @@ class Manager:
                 self.nominator.publish_connection_states()
 
 
-async def _open_manager_api(kubeconfig: Path | None, settings: Settings) -> KubeApi:
+async def open_manager_api(
+    settings: Settings,
+    *,
+    kubeconfig: str | Path | None = None,
+    context: str | None = None,
+    probe: bool = True,
+) -> KubeApi:
+    """The manager cluster's API, found as kubectl finds it (``--kubeconfig``, ``$KUBECONFIG``,
+    in-cluster, ``~/.kube/config``; :mod:`dispatcher.k8s.loading`), with ``manager_client``'s
+    timeout and rate limit.
+
+    With ``probe`` one ``GET /version`` (``manager_client.request_timeout_seconds``) checks that
+    the server answers. Raises :class:`~dispatcher.k8s.errors.ManagerConfigError` when there is
+    no usable kubeconfig and :class:`ManagerApiError` when the server does not answer.
+    """
     client = settings.manager_client
-    api_client = (
-        await client_from_kubeconfig_file(str(kubeconfig))
-        if kubeconfig is not None
-        else client_in_cluster()
-    )
-    return KubeApi(
-        api_client,
+    connection = resolve_manager_connection(kubeconfig, context)
+    api = KubeApi(
+        await manager_client(connection, user_agent=USER_AGENT),
         request_timeout=client.request_timeout_seconds,
         name="manager",
         limiter=TokenBucket(client.qps, client.burst),
     )
+    if probe:
+        try:
+            await api.request("GET", "/version")
+        except ApiError as error:
+            await api.close()
+            raise ManagerApiError(connection, error) from error
+    return api
 
 
 async def _watch_signals(scope: anyio.CancelScope) -> None:
@@ -199,18 +234,25 @@ async def _watch_signals(scope: anyio.CancelScope) -> None:
 async def run_manager(
     settings: Settings,
     *,
-    kubeconfig: Path | None = None,
+    kubeconfig: str | Path | None = None,
+    context: str | None = None,
     identity: str | None = None,
     handle_signals: bool = True,
     on_started: Callable[[Manager], None] | None = None,
 ) -> int:
-    """Run the manager process until a signal (exit 0) or lost leadership (exit 1)."""
+    """Run the manager process until a signal (exit 0) or lost leadership (exit 1).
+
+    The manager connection comes first (:func:`open_manager_api`, which raises when there is
+    no kubeconfig or the server does not answer), so that its error precedes any log line.
+    """
+    api = await open_manager_api(settings, kubeconfig=kubeconfig, context=context)
     configure_logging(settings.log_format, settings.log_level)
     try:
         host = PluginHost.load()
         build_decide(settings, host)  # fail at start on unknown algorithms or bad options
     except (PluginError, ValueError) as error:
         log.error("plugins: %s", error)
+        await api.close()
         return 2
     for plugin in host.plugins():
         log.info(
@@ -227,7 +269,6 @@ async def run_manager(
             version=plugin.version or "",
         )
     tracing = setup_tracing(settings.otlp_endpoint)
-    api = await _open_manager_api(kubeconfig, settings)
     elector = LeaderElector(api, settings.leader_election, identity)
     manager = Manager(settings, api, metrics, host, elector, tracer=tracing.tracer)
     code = 0

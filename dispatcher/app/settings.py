@@ -5,6 +5,12 @@ fields with ``__``: ``DISPATCHER_LEADER_ELECTION__LEASE_NAME``), the YAML file, 
 section 4). Unknown keys are errors; every field has a description, from which
 ``docs/configuration.md`` is generated (``scripts/gen_config_docs.py``).
 
+A list setting given as text (an environment variable, a flag, a YAML string) is a JSON list or
+comma-separated items, each stripped (``" gpu-type-affinity , capacity-first"``): one validator
+does it for every list field (:func:`decode_text`). A mapping or a section in an environment
+variable is JSON; JSON that does not parse is a :class:`ConfigError` naming the setting and the
+variable (:class:`EnvironmentValueError`), like any other bad value.
+
 Use :func:`load_settings` (flags as a dict, YAML path) and print ``str(error)`` of the
 :class:`ConfigError` it raises; :func:`render_validation_error` renders a pydantic
 ``ValidationError`` for humans, naming each field and where its value came from.
@@ -13,8 +19,11 @@ Use :func:`load_settings` (flags as a dict, YAML path) and print ``str(error)`` 
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import re
+import types
+import typing
 from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from pathlib import Path
@@ -29,10 +38,13 @@ from pydantic import (
     ValidationInfo,
     field_validator,
 )
+from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
+    EnvSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
     YamlConfigSettingsSource,
 )
 
@@ -49,10 +61,13 @@ __all__ = [
     "FALLBACK_DESCRIPTIONS",
     "ClientSettings",
     "ConfigError",
+    "EnvironmentValueError",
     "LeaderElectionSettings",
     "Settings",
+    "decode_text",
     "load_settings",
     "render_validation_error",
+    "split_list",
 ]
 
 ENV_PREFIX = "DISPATCHER_"
@@ -74,8 +89,97 @@ _LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 _YAML_FILE: ContextVar[Path | None] = ContextVar("dispatcher_settings_yaml_file", default=None)
 
 
+def _is_list(annotation: Any) -> bool:
+    """Whether a field of this type is a list setting (``list[...]``, or one made optional)."""
+    origin = typing.get_origin(annotation)
+    if origin in (types.UnionType, typing.Union):
+        members = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return len(members) == 1 and _is_list(members[0])
+    return origin in (list, tuple, set, frozenset)
+
+
+def split_list(text: str) -> list[str]:
+    """Comma-separated items, each stripped; empty items are dropped (``""`` is ``[]``)."""
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def _json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(
+            f"not valid JSON ({error.msg}, line {error.lineno} column {error.colno})"
+        ) from None
+
+
+def decode_text(value: object, annotation: Any) -> object:
+    """A list setting given as text (a flag, a YAML string, an environment variable): a JSON
+    list when it starts with ``[``, else comma-separated items, stripped. Other values are
+    returned unchanged. Raises ``ValueError`` (a validation error of the field, reported with
+    where the value came from) for a JSON list that does not parse."""
+    if isinstance(value, str) and _is_list(annotation):
+        return _json(value) if value.lstrip().startswith("[") else split_list(value)
+    return value
+
+
+class EnvironmentValueError(ValueError):
+    """An environment variable whose JSON does not parse (for a list, a mapping or a section).
+
+    Raised by the environment source, so the variable is reported even when a higher source
+    (a flag) sets the same setting; :func:`load_settings` turns it into a :class:`ConfigError`.
+    """
+
+    def __init__(self, field: str, variable: str, value: str, problem: str) -> None:
+        super().__init__(f"{variable}: {problem}")
+        self.field = field
+        self.variable = variable
+        self.value = value
+        self.problem = problem
+
+    def line(self) -> str:
+        """The problem as :class:`ConfigError` lists it."""
+        return (
+            f"{self.field}: {self.problem} (got {redact(repr(self.value))}) "
+            f"[from environment variable {self.variable}]"
+        )
+
+
+class _EnvironmentSource(EnvSettingsSource):
+    """``DISPATCHER_*`` variables: a list in the comma form stays text (:func:`decode_text`
+    splits it); JSON that does not parse raises :class:`EnvironmentValueError` naming the
+    variable (pydantic-settings raises a bare ``SettingsError``)."""
+
+    def decode_complex_value(self, field_name: str, field: FieldInfo, value: Any) -> Any:
+        text = str(value)
+        if field is not None and _is_list(field.annotation) and not text.lstrip().startswith("["):
+            return value
+        try:
+            return _json(text)
+        except ValueError as error:
+            raise EnvironmentValueError(
+                field_name, _variable(field_name, text), text, str(error)
+            ) from None
+
+
+def _variable(field_name: str, value: str) -> str:
+    """The ``DISPATCHER_*`` variable holding ``value`` for ``field_name`` (its last part)."""
+    suffix = field_name.upper()
+    for name, text in os.environ.items():
+        upper = name.upper()
+        if upper.startswith(ENV_PREFIX) and upper.endswith(suffix) and text == value:
+            return name
+    return ENV_PREFIX + suffix
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _text_forms(cls, value: object, info: ValidationInfo) -> object:
+        if info.field_name is None:
+            return value
+        return decode_text(value, cls.model_fields[info.field_name].annotation)
 
 
 class ClientSettings(_Section):
@@ -252,6 +356,13 @@ class Settings(BaseSettings):
         "no traces. Needs the `otlp` extra.",
     )
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _text_forms(cls, value: object, info: ValidationInfo) -> object:
+        if info.field_name is None:
+            return value
+        return decode_text(value, cls.model_fields[info.field_name].annotation)
+
     @field_validator("dispatcher_name")
     @classmethod
     def _dispatcher_name(cls, value: str) -> str:
@@ -343,7 +454,10 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         """Flags (init arguments) > environment > YAML file (set by :func:`load_settings`)."""
-        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        sources: list[PydanticBaseSettingsSource] = [
+            init_settings,
+            _EnvironmentSource(settings_cls),
+        ]
         yaml_file = _YAML_FILE.get()
         if yaml_file is not None:
             sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=yaml_file))
@@ -351,13 +465,12 @@ class Settings(BaseSettings):
 
 
 class ConfigError(ValueError):
-    """The settings cannot be loaded; ``str()`` is the explanation for humans."""
+    """The settings cannot be loaded; ``str()`` is the explanation for humans, one line."""
 
     def __init__(self, problems: Sequence[str], *, header: str = "invalid settings") -> None:
-        """``problems`` are one line each; the message lists them under ``header``."""
+        """``problems`` are one line each; the message is ``header: problem; problem...``."""
         self.problems = tuple(problems)
-        lines = [f"{header}:", *(f"  - {p}" for p in self.problems)]
-        super().__init__("\n".join(lines))
+        super().__init__(f"{header}: {'; '.join(self.problems)}")
 
 
 def _nest(flags: Mapping[str, Any]) -> dict[str, Any]:
@@ -422,6 +535,11 @@ def load_settings(argv_overrides: Mapping[str, Any], yaml_path: Path | None) -> 
     except ValidationError as error:
         problems = _problems(error, flags=flags, yaml_data=yaml_data, yaml_path=yaml_path)
         raise ConfigError(problems) from error
+    except SettingsError as error:
+        cause = error.__cause__
+        if isinstance(cause, EnvironmentValueError):
+            raise ConfigError([cause.line()]) from error
+        raise ConfigError([f"{error}: {cause}" if cause else str(error)]) from error
     finally:
         _YAML_FILE.reset(token)
 

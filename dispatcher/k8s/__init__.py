@@ -2,6 +2,8 @@
 
 - :mod:`~dispatcher.k8s.kubeconfig`: kubeconfig validation as Kueue does it (C62), Secrets;
 - :mod:`~dispatcher.k8s.client`: clients and :class:`~dispatcher.k8s.client.KubeApi`;
+- :mod:`~dispatcher.k8s.loading`: the dispatcher's own manager connection, found as kubectl
+  finds it (``--kubeconfig``, ``$KUBECONFIG`` merged, in-cluster, ``~/.kube/config``);
 - :mod:`~dispatcher.k8s.patching`: status writes with an explicit content type (C47, C48);
 - :mod:`~dispatcher.k8s.watching`: the list-then-watch loop and an object cache;
 - :mod:`~dispatcher.k8s.leases`: Leases with optimistic concurrency;

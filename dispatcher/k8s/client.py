@@ -3,8 +3,10 @@
 - :func:`client_from_kubeconfig` builds an ``ApiClient`` from a kubeconfig dict **after**
   validating it (kubernetes_asyncio runs ``exec`` plugins otherwise, notes 1.1) and inside error
   handling (a bad CA fails at construction with ``ssl.SSLError``).
-- :func:`client_in_cluster` and :func:`client_from_kubeconfig_file` are for the dispatcher's own
-  connection to the manager cluster (the operator's own credentials, not a Secret).
+- :func:`client_from_kubeconfig_file` is for the dispatcher's own connection to the manager
+  cluster from one file (the operator's own credentials, not a Secret); the full search
+  (``--kubeconfig``, ``$KUBECONFIG``, in-cluster, ``~/.kube/config``) is
+  :mod:`dispatcher.k8s.loading`.
 - :class:`KubeApi` wraps one ``ApiClient``: every call has an explicit timeout (without
   ``_request_timeout`` kubernetes_asyncio waits forever, notes 1.3), bodies are plain dicts, and
   errors come out as :class:`~dispatcher.k8s.errors.ApiError`.
@@ -28,12 +30,13 @@ from typing import Any
 import aiohttp
 import anyio
 from kubernetes_asyncio import config as k8s_config
-from kubernetes_asyncio.client import ApiClient, Configuration
+from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config.config_exception import ConfigException
 
 from dispatcher.k8s.errors import ApiError, ApiUnreachable
 from dispatcher.k8s.kubeconfig import BAD, KubeconfigError, validate_kubeconfig
+from dispatcher.k8s.loading import manager_client, resolve_manager_connection
 from dispatcher.k8s.ratelimit import TokenBucket
 from dispatcher.k8s.resources import EVENTS, SECRETS, ResourceRef
 
@@ -94,28 +97,10 @@ async def client_from_kubeconfig(
 async def client_from_kubeconfig_file(
     path: str, *, context: str | None = None, user_agent: str = USER_AGENT
 ) -> ApiClient:
-    """A client from the operator's own kubeconfig file (``run --kubeconfig``), not validated:
-    it is trusted like kubectl's (it may use exec plugins, for example)."""
-    api: ApiClient = await k8s_config.new_client_from_config(config_file=path, context=context)
-    api.user_agent = user_agent
-    return api
-
-
-def client_in_cluster(*, user_agent: str = USER_AGENT) -> ApiClient:
-    """A client from the pod's service account (in-cluster configuration).
-
-    Raises ``ConfigException`` translated to :class:`KubeconfigError` outside a pod.
-    """
-    configuration = Configuration()
-    try:
-        k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
-            client_configuration=configuration
-        )
-    except ConfigException as error:
-        raise KubeconfigError(BAD, f"in-cluster configuration: {error}") from None
-    api = ApiClient(configuration=configuration)
-    api.user_agent = user_agent
-    return api
+    """A client from the operator's own kubeconfig file (as ``run --kubeconfig FILE``), not
+    validated: it is trusted like kubectl's (it may use exec plugins, for example). Raises
+    :class:`~dispatcher.k8s.errors.ManagerConfigError`."""
+    return await manager_client(resolve_manager_connection(path, context), user_agent=user_agent)
 
 
 async def close_client(api: ApiClient, within: float = CLOSE_TIMEOUT) -> None:

@@ -80,3 +80,12 @@ class ApiUnreachable(ApiError):
 
     def __init__(self, message: str) -> None:
         super().__init__(0, "Unreachable", message)
+
+
+class ManagerConfigError(Exception):
+    """The dispatcher's own connection to the manager cluster cannot be configured: no
+    kubeconfig found, a file that cannot be read or parsed, a context that does not exist.
+
+    ``str()`` is one line that names the source (``--kubeconfig FILE``, ``$KUBECONFIG``, the
+    file, the context) and what is wrong; for "nothing found" it lists what was tried.
+    """

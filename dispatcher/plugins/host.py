@@ -22,6 +22,7 @@ one decision calls it again, and a call that returns closes the guard.
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import itertools
 import os
 import threading
@@ -266,14 +267,36 @@ class PluginHost:
         if autoload is None:
             autoload = env.get(ENV_DISABLE_AUTOLOAD, "").strip().lower() not in _TRUE
         if autoload:
-            host.manager.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+            host._load_entry_points()
         for name, plugin in plugins:
             if not host.manager.is_blocked(name):
                 host.manager.register(plugin, name=name)
         if not host.manager.is_blocked(BUILTIN_PLUGIN):
             host.manager.register(builtin, name=BUILTIN_PLUGIN)
-        host.manager.check_pending()
+        try:
+            host.manager.check_pending()
+        except pluggy.PluginValidationError as error:
+            raise PluginError(" ".join(str(error).split())) from error
         return host
+
+    def _load_entry_points(self) -> None:
+        """pluggy's entry-point loading, one name at a time (in pluggy's order) so that a
+        plugin that cannot be imported or registered is named in a :class:`PluginError`."""
+        names = dict.fromkeys(
+            entry.name
+            for dist in importlib.metadata.distributions()
+            for entry in dist.entry_points
+            if entry.group == ENTRY_POINT_GROUP
+        )
+        for name in names:
+            try:
+                self.manager.load_setuptools_entrypoints(ENTRY_POINT_GROUP, name=name)
+            except Exception as error:
+                raise PluginError(
+                    f"plugin {name} (entry point of {ENTRY_POINT_GROUP}) cannot be loaded: "
+                    f"{type(error).__name__}: {' '.join(str(error).split())}; "
+                    f"{ENV_DISABLED_PLUGINS}={name} skips it"
+                ) from error
 
     def register(self, plugin: object, name: str) -> None:
         """Register a plugin object (a module or an instance with ``@hookimpl`` methods)."""

@@ -52,7 +52,6 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from dispatcher.kueue.quantities import QuantityError, format_quantity, parse_quantity
-from dispatcher.sandbox.fakeapi.kubeconfig import dump
 from dispatcher.sandbox.kubeclient import (
     ADMISSION_CHECKS,
     CLUSTER_QUEUES,
@@ -656,6 +655,10 @@ def topology_objects(
         kubeconfig = kubeconfigs.get(worker.name)
         if kubeconfig is None:
             continue
+        # Imported here: the fake API server's package needs the sandbox extra, and the
+        # simulator (topologies without kubeconfigs) must run with the `sim` extra alone.
+        from dispatcher.sandbox.fakeapi.kubeconfig import dump
+
         objects.append(
             (
                 SECRETS,

@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument(
         "--generate",
         metavar="N",
-        type=int,
+        type=_positive_int,
         help="generate a trace of N workloads (default: 5000, the documented default trace)",
     )
     parser.add_argument("--seed", type=int, help="seed of the generated trace (default 20261130)")
@@ -88,6 +88,42 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
+_positive_int.__name__ = "positive integer"  # argparse: "invalid positive integer value: '0'"
+
+FILE_FLAGS = ("topology", "trace", "json", "plot", "write_trace")
+"""The flags that name files, to say which flag a file error is about."""
+
+
+def _file_error(args: argparse.Namespace, error: OSError) -> str:
+    """``--FLAG PATH: reason`` for an error reading or writing a file a flag names."""
+    reason = error.strerror or type(error).__name__
+    for name in FILE_FLAGS:
+        value = getattr(args, name, None)
+        if value is not None and error.filename is not None and str(value) == str(error.filename):
+            return f"--{name.replace('_', '-')} {value}: {reason}"
+    return f"{error.filename}: {reason}" if error.filename else str(error)
+
+
+def _algorithm_options(text: str | None) -> dict[str, Any]:
+    try:
+        options = json.loads(text or "{}")
+    except json.JSONDecodeError as error:
+        raise ValueError(
+            f"--algorithm-options: not valid JSON ({error.msg}, line {error.lineno} column "
+            f"{error.colno})"
+        ) from None
+    if not isinstance(options, dict):
+        raise ValueError("--algorithm-options: must be a JSON object of options per algorithm")
+    return options
+
+
 def _faults(specs: list[str]) -> list[tuple[str, float, float]]:
     out = []
     for spec in specs:
@@ -118,7 +154,7 @@ def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
     stream = out or sys.stdout
     try:
-        options: dict[str, Any] = json.loads(args.algorithm_options or "{}")
+        options = _algorithm_options(args.algorithm_options)
         algorithms = parse_algorithms(args.algorithms, options)
         topology = load_topology(args.topology) if args.topology else default_topology()
         extra_faults = _faults(args.fault or [])
@@ -158,19 +194,19 @@ def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
             with open(args.write_trace, "w", encoding="utf-8") as handle:
                 handle.write(dump_trace(trace))
         results = simulate(topology, trace, algorithms, latencies=latencies, host=host)
-    except (TraceError, TopologyError) as error:
-        print(f"error: {error}", file=sys.stderr)
+        document = report_document(
+            trace, topology, results, latencies, deterministic=args.deterministic
+        )
+        if args.json:
+            write_json(document, args.json)
+        if args.plot:
+            write_plot(results, topology, args.plot)
+    except OSError as error:
+        print(f"error: {_file_error(args, error)}", file=sys.stderr)
         return 2
-    except (ValueError, PluginError, OSError) as error:
-        print(f"error: {error}", file=sys.stderr)
+    except (TraceError, TopologyError, ValueError, PluginError) as error:
+        print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
-    document = report_document(
-        trace, topology, results, latencies, deterministic=args.deterministic
-    )
-    if args.json:
-        write_json(document, args.json)
-    if args.plot:
-        write_plot(results, topology, args.plot)
     _print_table(document, stream)
     for result in results:
         for message in result.decision_errors[:3]:

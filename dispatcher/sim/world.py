@@ -213,7 +213,10 @@ def load_topology(path: str | Path) -> SimTopology:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as error:
-        raise TopologyError(f"{path}: not valid YAML: {error}") from None
+        mark = getattr(error, "problem_mark", None)
+        at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        problem = getattr(error, "problem", None) or type(error).__name__
+        raise TopologyError(f"{path}: not valid YAML{at}: {problem}") from None
     return _from_data(data, str(path))
 
 

@@ -259,8 +259,10 @@ class _Typo:
 
 
 def test_misspelt_hook_fails_at_start() -> None:
-    with pytest.raises(pluggy.PluginValidationError, match="unknown hook 'mkd_filter_clusters'"):
+    """As a PluginError (the command line prints it as one line), pluggy's error its cause."""
+    with pytest.raises(PluginError, match="unknown hook 'mkd_filter_clusters'") as raised:
         make_host([("typo", _Typo())])
+    assert isinstance(raised.value.__cause__, pluggy.PluginValidationError)
 
 
 def test_options_are_validated_by_the_algorithm_model() -> None:

@@ -255,7 +255,7 @@ CASES: list[Case] = [
         "cli",
         "workers: many",
         "settings file `config.yaml`: `workers: many`",
-        CLI + " under `invalid settings:`",
+        CLI + " after `invalid settings: `",
         "workers: Input should be a valid integer, unable to parse string as an integer (got 'many') [from config.yaml]",
     ),
     Case(
@@ -263,7 +263,7 @@ CASES: list[Case] = [
         "cli",
         "worker: 4",
         "settings file `config.yaml`: `worker: 4`",
-        CLI + " under `invalid settings:`",
+        CLI + " after `invalid settings: `",
         "worker: unknown setting (did you mean 'workers'?) [from config.yaml]",
     ),
     Case(
@@ -271,7 +271,7 @@ CASES: list[Case] = [
         "cli",
         "leader_election:\n  lease_nam: dispatcher",
         "settings file `config.yaml`: `leader_election: {lease_nam: dispatcher}`",
-        CLI + " under `invalid settings:`",
+        CLI + " after `invalid settings: `",
         "leader_election.lease_nam: unknown setting (did you mean 'leader_election.lease_name'?) [from config.yaml]",
     ),
     Case(
@@ -780,7 +780,7 @@ def test_cli_case(
     if case.id.startswith("settings-"):
         (tmp_path / "config.yaml").write_text(case.subject + "\n")
         argv = [command, *offline, "--config", "config.yaml", *unreachable]
-        expected = f"invalid settings:\n  - {case.message}\n"
+        expected = f"invalid settings: {case.message}\n"
     elif case.id.startswith("pipeline-"):
         # Valid settings naming something the plugin host does not have.
         (tmp_path / "config.yaml").write_text(case.subject + "\n")

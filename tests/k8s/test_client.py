@@ -12,11 +12,10 @@ import yaml
 from dispatcher.k8s.client import (
     KubeApi,
     client_from_kubeconfig_file,
-    client_in_cluster,
     close_client,
 )
 from dispatcher.k8s.errors import ApiError, ApiUnreachable
-from dispatcher.k8s.kubeconfig import KubeconfigError, kubeconfig_from_secret
+from dispatcher.k8s.kubeconfig import kubeconfig_from_secret
 from dispatcher.k8s.resources import CLUSTER_QUEUES, KUEUE_GROUP, KUEUE_VERSION, SECRETS, WORKLOADS
 from dispatcher.sandbox.fakeapi import FakeCluster
 
@@ -114,12 +113,6 @@ async def test_the_operators_own_kubeconfig_file(cluster: FakeCluster, tmp_path:
         assert "gitVersion" in await KubeApi(client).request("GET", "/version")
     finally:
         await close_client(client)
-
-
-def test_in_cluster_outside_a_pod(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    with pytest.raises(KubeconfigError, match="in-cluster configuration"):
-        client_in_cluster()
 
 
 async def test_close_completes_in_a_cancelled_scope(cluster: FakeCluster) -> None:
