@@ -32,8 +32,10 @@ is the wasted-copies signal this dispatcher should improve.
 def render() -> str:
     """The whole Markdown file."""
     sys.path.insert(0, str(ROOT))
+    from dispatcher.algorithms.model import REJECTION_REASONS
     from dispatcher.telemetry import (
         DECISION_LATENCY_BUCKETS,
+        ERROR_KINDS,
         SERIES,
         TIME_TO_ADMISSION_BUCKETS,
         ConnectionState,
@@ -45,6 +47,10 @@ def render() -> str:
         for s in SERIES
     ]
     states = ", ".join(f"`{state.value}`" for state in ConnectionState)
+    kinds = "\n".join(f"- `{kind}`: {meaning}." for kind, meaning in ERROR_KINDS.items())
+    reasons = "\n".join(
+        f"- `{code.value}`: {meaning}." for code, meaning in REJECTION_REASONS.items()
+    )
     footer = f"""
 Histogram buckets (seconds):
 - decision latency: {list(DECISION_LATENCY_BUCKETS)};
@@ -52,6 +58,22 @@ Histogram buckets (seconds):
 
 Connection states: {states}.
 The gauge series of a removed worker cluster disappear; counters keep their totals.
+
+Error kinds (`kind` of `multikueue_dispatcher_errors_total`), each counted once where it
+happens:
+{kinds}
+
+Rejection reasons (`reason` of `multikueue_dispatcher_filtered_clusters_total`): a fixed set of
+codes, so the series has at most (filters in the pipeline + 1) x {len(REJECTION_REASONS)} label
+sets per replica role; a filter's own text (which names clusters, queues and quantities) goes to
+the verdicts, the Events and `explain`, never to a label.
+{reasons}
+
+`multikueue_dispatcher_filtered_clusters_total` and
+`multikueue_dispatcher_no_feasible_cluster_total` count decisions, not workloads: a workload no
+cluster can take is decided again at every change and resync and counted each time, so their
+rate is what to alert on. The names follow the metrics Kueue's composable-dispatcher proposal
+(KEP-8692) plans, with this dispatcher's prefix.
 """
     return HEADER + "\n".join(rows) + "\n" + footer
 

@@ -25,7 +25,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from dispatcher.algorithms.base import AlgorithmSpec
-from dispatcher.algorithms.model import MAX_NOMINATED_CLUSTERS, ClusterSnapshot, DispatchRequest
+from dispatcher.algorithms.model import (
+    MAX_NOMINATED_CLUSTERS,
+    ClusterSnapshot,
+    DispatchRequest,
+    Rejection,
+    RejectionReason,
+)
 from dispatcher.algorithms.stages import (
     TIER_CAPACITY,
     TIER_FEASIBILITY,
@@ -84,13 +90,18 @@ class QueueFilter:
 
     def filter(
         self, request: DispatchRequest, cluster: ClusterSnapshot, ctx: StageContext
-    ) -> str | None:
+    ) -> Rejection | None:
         """Drop when the worker has no (active) ClusterQueue behind the workload's queue."""
         cq = cluster.cluster_queue
         if cq is None:
-            return f"no LocalQueue {request.namespace}/{request.queue_name} on this cluster"
+            return Rejection(
+                f"no LocalQueue {request.namespace}/{request.queue_name} on this cluster",
+                RejectionReason.NO_LOCAL_QUEUE,
+            )
         if not cq.active:
-            return f"ClusterQueue {cq.name} is not active"
+            return Rejection(
+                f"ClusterQueue {cq.name} is not active", RejectionReason.CLUSTER_QUEUE_INACTIVE
+            )
         return None
 
 
@@ -102,10 +113,12 @@ class CanEverFitFilter:
 
     def filter(
         self, request: DispatchRequest, cluster: ClusterSnapshot, ctx: StageContext
-    ) -> str | None:
+    ) -> Rejection | None:
         """Drop when even an empty ClusterQueue (with all it may borrow) cannot hold it."""
         fit = ctx.fit(cluster)
-        return None if fit.fits_ever else fit.reason
+        if fit.fits_ever:
+            return None
+        return Rejection(fit.reason, fit.code or RejectionReason.NEVER_FITS)
 
 
 @dataclass(frozen=True, slots=True)

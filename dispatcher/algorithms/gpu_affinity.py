@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from dispatcher.algorithms.base import AlgorithmSpec
-from dispatcher.algorithms.model import ClusterSnapshot, DispatchRequest
+from dispatcher.algorithms.model import ClusterSnapshot, DispatchRequest, Rejection, RejectionReason
 from dispatcher.algorithms.stages import TIER_PREFERENCE, StageContext, Stages
 from dispatcher.kueue.gputypes import DEFAULT_GPU_LABEL, DEFAULT_GPU_RESOURCE_PATTERN
 
@@ -75,24 +75,29 @@ class GpuTypeFilter:
 
     def filter(
         self, request: DispatchRequest, cluster: ClusterSnapshot, ctx: StageContext
-    ) -> str | None:
+    ) -> Rejection | None:
         """Drop on a GPU-type mismatch."""
         required = request.required_gpu_types
         if required is None:
             return None
         if not required:
-            return "pod sets require GPU types that contradict each other"
+            return Rejection(
+                "pod sets require GPU types that contradict each other",
+                RejectionReason.GPU_TYPES_CONFLICT,
+            )
         if not cluster.gpu_types:
             if not self.strict:
                 return None
-            return (
+            return Rejection(
                 f"pod sets' node selector requires {', '.join(sorted(required))}; "
-                "cluster reports no GPU types"
+                "cluster reports no GPU types",
+                RejectionReason.NO_GPU_TYPES,
             )
         if cluster.gpu_types.isdisjoint(required):
-            return (
+            return Rejection(
                 f"pod sets' node selector requires {', '.join(sorted(required))}; "
-                f"cluster offers {', '.join(sorted(cluster.gpu_types))}"
+                f"cluster offers {', '.join(sorted(cluster.gpu_types))}",
+                RejectionReason.GPU_TYPE_MISMATCH,
             )
         return None
 

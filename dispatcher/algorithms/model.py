@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from dispatcher.kueue.objects import (
@@ -21,10 +22,13 @@ from dispatcher.kueue.quantities import add_requests
 
 __all__ = [
     "MAX_NOMINATED_CLUSTERS",
+    "REJECTION_REASONS",
     "ClusterSnapshot",
     "Decision",
     "DispatchRequest",
     "QueuedWorkload",
+    "Rejection",
+    "RejectionReason",
     "ScoreComponent",
     "StageError",
     "Verdict",
@@ -138,6 +142,58 @@ class ScoreComponent:
     detail: str = ""
 
 
+class RejectionReason(StrEnum):
+    """Why a filter dropped a cluster, as a code from a fixed set (:data:`REJECTION_REASONS`
+    says what each means).
+
+    The ``reason`` label of ``multikueue_dispatcher_filtered_clusters_total`` is one of these,
+    never a filter's free text (which names clusters, queues and quantities), so the series'
+    cardinality stays bounded: filters times codes.
+    """
+
+    INACTIVE = "inactive"
+    NO_LOCAL_QUEUE = "no_local_queue"
+    CLUSTER_QUEUE_INACTIVE = "cluster_queue_inactive"
+    NEVER_FITS = "never_fits"
+    GPU_TYPES_CONFLICT = "gpu_types_conflict"
+    NO_GPU_TYPES = "no_gpu_types"
+    GPU_TYPE_MISMATCH = "gpu_type_mismatch"
+    RESTRICTED = "restricted"
+    OTHER = "other"
+
+
+REJECTION_REASONS: Mapping[RejectionReason, str] = {
+    RejectionReason.INACTIVE: "not connected, not Active on its MultiKueueCluster, or no such "
+    "MultiKueueCluster (the pipeline's own 'active' filter)",
+    RejectionReason.NO_LOCAL_QUEUE: "the worker has no LocalQueue of the workload's queue name "
+    "with a ClusterQueue behind it",
+    RejectionReason.CLUSTER_QUEUE_INACTIVE: "the worker's ClusterQueue behind that LocalQueue is "
+    "not active",
+    RejectionReason.NEVER_FITS: "bigger than the ClusterQueue's quota plus all it may borrow",
+    RejectionReason.GPU_TYPES_CONFLICT: "the pod sets require GPU types that contradict each other",
+    RejectionReason.NO_GPU_TYPES: "a GPU type is required and the cluster reports none",
+    RejectionReason.GPU_TYPE_MISMATCH: "the cluster offers none of the required GPU types",
+    RejectionReason.RESTRICTED: "left out by a plugin's mkd_restrict_clusters",
+    RejectionReason.OTHER: "any other reason: a filter that returned free text (a plugin's "
+    "mkd_filter_cluster does)",
+}
+"""What each :class:`RejectionReason` means (``docs/metrics.md`` lists them)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """A filter's reason to drop a cluster: the text shown in verdicts and Events, and its code.
+
+    A filter may also return a plain ``str``; its code is then :attr:`RejectionReason.OTHER`.
+    """
+
+    text: str
+    code: RejectionReason
+
+    def __str__(self) -> str:
+        return self.text
+
+
 @dataclass(frozen=True, slots=True)
 class Verdict:
     """What the pipeline concluded about one candidate cluster."""
@@ -152,6 +208,8 @@ class Verdict:
     """0 for the best kept cluster; ``None`` when dropped."""
     fits_now: bool | None = None
     """Whether the workload fits right now after in-flight deduction (if it was evaluated)."""
+    reason_code: RejectionReason | None = None
+    """The code of ``reason`` when dropped (``None`` when kept)."""
 
 
 @dataclass(frozen=True, slots=True)

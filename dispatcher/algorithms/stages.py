@@ -29,6 +29,8 @@ from dispatcher.algorithms.model import (
     ClusterSnapshot,
     Decision,
     DispatchRequest,
+    Rejection,
+    RejectionReason,
     ScoreComponent,
     StageError,
     Verdict,
@@ -75,6 +77,8 @@ class ClusterFit:
     """Fits the queue's quota plus everything it could borrow, were the cluster empty."""
     reason: str = ""
     """Why it does not fit now (or ever); empty when it fits now."""
+    code: RejectionReason | None = None
+    """The code of ``reason`` when it never fits (``None`` when it fits ever)."""
     queued_ahead: int = 0
     """Pending workloads of at least our priority plus in-flight ones that are still queued."""
     free_after: float | None = None
@@ -115,12 +119,18 @@ def _compute_fit(request: DispatchRequest, cluster: ClusterSnapshot) -> ClusterF
             fits_now=False,
             fits_ever=False,
             reason=f"no LocalQueue {request.namespace}/{request.queue_name} with a ClusterQueue",
+            code=RejectionReason.NO_LOCAL_QUEUE,
         )
     base = _base_quota(cluster, cq)
     ceiling = base.ceiling
     ever = assign_flavors(request.pod_sets, cq, cluster.flavors, ceiling)
     if not ever.fits:
-        return ClusterFit(fits_now=False, fits_ever=False, reason=f"never fits: {ever.reason}")
+        return ClusterFit(
+            fits_now=False,
+            fits_ever=False,
+            reason=f"never fits: {ever.reason}",
+            code=RejectionReason.NEVER_FITS,
+        )
     available: Mapping[FlavorResource, int]
     if any(other.key == request.key for other in cluster.in_flight):
         available, queued = _replay_in_flight(cluster, cq, exclude=request.key)
@@ -207,8 +217,9 @@ class Filter(Protocol):
 
     def filter(
         self, request: DispatchRequest, cluster: ClusterSnapshot, ctx: StageContext
-    ) -> str | None:
-        """Return a reason to drop ``cluster``, or ``None`` to keep it."""
+    ) -> str | Rejection | None:
+        """Return a reason to drop ``cluster``, or ``None`` to keep it: a :class:`Rejection`
+        carries a code of :class:`RejectionReason`; free text counts as ``other``."""
         ...
 
 
@@ -313,21 +324,23 @@ class Pipeline:
         ctx = StageContext(request, tuple(unique.values()))
         errors: list[StageError] = []
         dropped_by: dict[str, str] = {}
+        codes: dict[str, RejectionReason] = {}
         alive: list[ClusterSnapshot] = []
         for snap in unique.values():
             if snap.active:
                 alive.append(snap)
             else:
                 dropped_by[snap.name] = "active"
+                codes[snap.name] = RejectionReason.INACTIVE
                 ctx.dropped[snap.name] = snap.inactive_reason or "cluster is not active"
 
         for flt, source in self.filters:
             try:
-                drops = {}
+                drops: dict[str, Rejection] = {}
                 for snap in alive:
                     reason = flt.filter(request, snap, ctx)
                     if reason is not None:
-                        drops[snap.name] = str(reason) or f"dropped by {flt.name}"
+                        drops[snap.name] = _rejection(reason, flt.name)
             except Exception as exc:
                 errors.append(StageError(flt.name, source, _describe(exc)))
                 if source in self.fail_closed:
@@ -340,9 +353,10 @@ class Pipeline:
                     )
                     return Decision(self.name, (), why, errors=tuple(errors), withheld=why)
                 continue
-            for name, reason in drops.items():
+            for name, rejection in drops.items():
                 dropped_by[name] = flt.name
-                ctx.dropped[name] = reason
+                codes[name] = rejection.code
+                ctx.dropped[name] = rejection.text
             alive = [s for s in alive if s.name not in drops]
 
         components: dict[str, list[ScoreComponent]] = {s.name: [] for s in alive}
@@ -412,6 +426,7 @@ class Pipeline:
                         dropped_by=dropped_by.get(snap.name),
                         reason=ctx.dropped.get(snap.name, ""),
                         fits_now=fits,
+                        reason_code=codes.get(snap.name, RejectionReason.OTHER),
                     )
                 )
         reason = selection.reason
@@ -426,6 +441,14 @@ class Pipeline:
             requeue_after=selection.requeue_after,
             errors=tuple(errors),
         )
+
+
+def _rejection(reason: object, stage: str) -> Rejection:
+    """A filter's answer as a :class:`Rejection`: free text (or anything else, as text) gets
+    the code ``other``, and empty text names the filter."""
+    if isinstance(reason, Rejection) and isinstance(reason.code, RejectionReason):
+        return reason if reason.text else Rejection(f"dropped by {stage}", reason.code)
+    return Rejection(str(reason) or f"dropped by {stage}", RejectionReason.OTHER)
 
 
 def _describe(exc: BaseException) -> str:

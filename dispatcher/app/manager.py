@@ -170,6 +170,7 @@ class Manager:
             client_factory=worker_client,
             reconnect=BackoffPolicy(initial=1.0, maximum=60.0),
             on_change=self._changed,
+            metrics=self.metrics,
         )
         self.nominator = Nominator(
             self.registry,

@@ -4,7 +4,7 @@ A :class:`Mirror` runs one :func:`~dispatcher.k8s.watching.list_watch` per resou
 its events to an :class:`~dispatcher.k8s.watching.ObjectCache`. Decisions read these caches;
 nothing asks the API per decision. A resource marked optional (Nodes, which worker RBAC may not
 grant, contract C66) that answers 403 or 404 is reported unavailable instead of holding the
-mirror in "disconnected".
+mirror in "disconnected". Every other failed list or watch counts as a ``watch`` error.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from dispatcher.k8s.watching import (
     WatchSettings,
     list_watch,
 )
+from dispatcher.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,7 @@ class Mirror:
         settings: WatchSettings | None = None,
         clock: Clock = SYSTEM_CLOCK,
         on_change: ChangeCallback | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.name = name
         self.api = api
@@ -69,6 +71,7 @@ class Mirror:
         self._settings = settings or WatchSettings()
         self._clock = clock
         self._on_change = on_change
+        self._metrics = metrics
 
     @property
     def synced(self) -> bool:
@@ -129,6 +132,8 @@ class Mirror:
                                 extra={"cluster": self.name},
                             )
                         self.unavailable[key] = item.error
+                    elif self._metrics is not None:
+                        self._metrics.error("watch")
                 else:
                     self.unavailable.pop(key, None)
                 cache.apply(item)

@@ -54,6 +54,7 @@ from dispatcher.k8s.watching import (
     WatchSettings,
 )
 from dispatcher.kueue.eligibility import MULTIKUEUE_CONTROLLER
+from dispatcher.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -207,6 +208,7 @@ class ClusterRegistry:
         clock: Clock = SYSTEM_CLOCK,
         on_change: ChangeCallback | None = None,
         client_factory: ClientFactory = _default_client,
+        metrics: Metrics | None = None,
     ) -> None:
         self.kueue_namespace = kueue_namespace
         self.workers: dict[str, Worker] = {}
@@ -215,6 +217,7 @@ class ClusterRegistry:
         self._reconnect = reconnect or BackoffPolicy(initial=1.0, maximum=60.0)
         self._on_change = on_change
         self._client_factory = client_factory
+        self._metrics = metrics
         self._group: TaskGroup | None = None
         self.manager = Mirror(
             "manager",
@@ -230,6 +233,7 @@ class ClusterRegistry:
             settings=manager_watch_settings or self._settings,
             clock=clock,
             on_change=self._manager_changed,
+            metrics=metrics,
         )
 
     # --- running ------------------------------------------------------------------------------
@@ -281,6 +285,8 @@ class ClusterRegistry:
                     "Unusable", resolved.reason, resolved.message, self._now()
                 )
                 worker.settled = True
+                if self._metrics is not None:
+                    self._metrics.error("kubeconfig")
                 log.warning(
                     "worker %s is unusable: %s",
                     name,
@@ -337,6 +343,8 @@ class ClusterRegistry:
                 try:
                     api = await self._client_factory(config.config, worker.name)
                 except KubeconfigError as error:
+                    if self._metrics is not None:
+                        self._metrics.error("kubeconfig")
                     self._set_state(worker, "Unusable", error.reason, error.message)
                     return
                 except (ApiError, ssl.SSLError, OSError, ValueError) as error:
@@ -353,6 +361,7 @@ class ClusterRegistry:
                         settings=self._settings,
                         clock=self._clock,
                         on_change=functools.partial(self._worker_changed, worker),
+                        metrics=self._metrics,
                     )
                     worker.mirror = mirror
                     await mirror.run()

@@ -29,7 +29,12 @@ from opentelemetry import trace
 from opentelemetry.trace import Tracer
 
 from dispatcher.algorithms.building import queued_workload, request_from_workload
-from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest
+from dispatcher.algorithms.model import (
+    ClusterSnapshot,
+    Decision,
+    DispatchRequest,
+    RejectionReason,
+)
 from dispatcher.clusters.registry import MANAGER, Candidate, ClusterRegistry
 from dispatcher.controller.inflight import InFlight
 from dispatcher.controller.snapshots import (
@@ -92,6 +97,20 @@ class ControllerConfig:
     origin: str = "multikueue"
     """Kueue's ``multiKueue.origin``: the ``kueue.x-k8s.io/multikueue-origin`` value of the
     copies and Jobs Kueue creates on workers (only those count as this manager's copies)."""
+
+
+class WriteFailed(ApiError):
+    """A nomination write that failed other than by a lost race: the API's error, re-raised
+    so that the reconcile loop counts it as a ``write`` error (not ``api``) and retries."""
+
+    def __init__(self, error: ApiError) -> None:
+        super().__init__(
+            error.status,
+            error.reason,
+            error.message,
+            retry_after=error.retry_after,
+            body=error.body,
+        )
 
 
 @dataclass(frozen=True)
@@ -277,7 +296,7 @@ class Nominator:
                     extra={"workload": key},
                 )
                 if self.metrics is not None:
-                    self.metrics.error("api")
+                    self.metrics.error("write" if isinstance(error, WriteFailed) else "api")
             except Exception:
                 # A bug or an object nobody foresaw costs this key a backoff, never the loop.
                 delay = self.queue.add_rate_limited(key)
@@ -287,6 +306,8 @@ class Nominator:
                     delay,
                     extra={"workload": key},
                 )
+                if self.metrics is not None:
+                    self.metrics.error("unexpected")
             finally:
                 self.queue.done(key)
                 if self.metrics is not None:
@@ -370,8 +391,10 @@ class Nominator:
         # nomination counts as in flight from the decision on, and is rolled back if the write
         # loses a race. Writes themselves run concurrently.
         async with self._decision_lock:
+            started = anyio.current_time()  # the decision's latency includes its snapshots
             request, snapshots = self._inputs(workload, verdict.check, record, current, now)
             decision = await self._decide(key, request, snapshots)
+            self._observe_decision(workload, decision, started)
             if decision is None:
                 self.queue.add_after(key, self.config.resync_seconds)
                 return "no decision"
@@ -547,12 +570,14 @@ class Nominator:
     ) -> bool:
         """:meth:`_write` ``landing.target``; when no answer comes back (a timeout, a cut
         connection) the write may still have been applied, so it is remembered for
-        :meth:`_confirm_landed` before the error propagates (the key is retried)."""
+        :meth:`_confirm_landed` before the error propagates (the key is retried). A failure
+        propagates as :class:`WriteFailed` (counted as a ``write`` error)."""
         try:
             return await self._write(workload, landing.target)
-        except ApiUnreachable:
-            record.unconfirmed = landing
-            raise
+        except ApiError as error:
+            if isinstance(error, ApiUnreachable):
+                record.unconfirmed = landing
+            raise WriteFailed(error) from error
 
     async def _confirm_landed(self, key: str, workload: Mapping[str, Any], record: Record) -> None:
         """Finish the bookkeeping of a write whose answer was lost once the API shows that it
@@ -698,7 +723,6 @@ class Nominator:
     ) -> Decision | None:
         """Run the pipeline in a worker thread with a deadline; a hung or failing plugin costs
         this one decision, never the loop (the thread is abandoned on timeout)."""
-        started = anyio.current_time()
         try:
             with anyio.fail_after(self.config.decision_timeout_seconds):
                 decision = await anyio.to_thread.run_sync(
@@ -724,11 +748,6 @@ class Nominator:
                 self.metrics.error("decision")
             return None
         if self.metrics is not None:
-            self.metrics.observe_decision_latency(
-                anyio.current_time() - started,
-                cluster_queue="",
-                algorithm=decision.algorithm,
-            )
             for error in decision.errors:
                 self.metrics.error("plugin")
                 log.warning(
@@ -740,6 +759,35 @@ class Nominator:
                     extra={"workload": key, "plugin": error.source},
                 )
         return decision
+
+    def _observe_decision(
+        self, workload: Mapping[str, Any], decision: Decision | None, started: float
+    ) -> None:
+        """Record a decision taken in a reconcile: its latency since ``started`` (before the
+        snapshots were built), the clusters its filters dropped (by filter and reason code) and
+        whether no cluster passed them. A decision that failed is counted as a ``decision``
+        error instead; a withheld one (a fail-closed filter failed) filtered nothing."""
+        if self.metrics is None or decision is None:
+            return
+        admission = (workload.get("status") or {}).get("admission") or {}
+        cluster_queue = str(admission.get("clusterQueue") or "")
+        self.metrics.observe_decision_latency(
+            anyio.current_time() - started,
+            cluster_queue=cluster_queue,
+            algorithm=decision.algorithm,
+        )
+        if decision.withheld:
+            return
+        for verdict in decision.verdicts:
+            if not verdict.kept and verdict.dropped_by:
+                self.metrics.filtered_cluster(
+                    plugin=verdict.dropped_by,
+                    reason=verdict.reason_code or RejectionReason.OTHER,
+                )
+        if not decision.nominate and not any(verdict.kept for verdict in decision.verdicts):
+            self.metrics.no_feasible_cluster(
+                cluster_queue=cluster_queue, algorithm=decision.algorithm
+            )
 
     async def _write(self, workload: Mapping[str, Any], target: tuple[str, ...]) -> bool:
         """Write the nomination; False when it lost a race (re-read and decide again)."""

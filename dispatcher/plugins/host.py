@@ -43,6 +43,8 @@ from dispatcher.algorithms import (
     DispatchRequest,
     Filter,
     Pipeline,
+    Rejection,
+    RejectionReason,
     Scorer,
     StageContext,
     StageError,
@@ -178,7 +180,7 @@ class _HookRestrict:
 
     def filter(
         self, request: DispatchRequest, cluster: ClusterSnapshot, ctx: StageContext
-    ) -> str | None:
+    ) -> Rejection | None:
         key = f"restrict:{self.name}"
         if key not in ctx.memo:
             result = self.guard.call(
@@ -195,7 +197,7 @@ class _HookRestrict:
         allowed: frozenset[str] | None = ctx.memo[key]
         if allowed is None or cluster.name in allowed:
             return None
-        return f"excluded by plugin {self.impl.plugin_name}"
+        return Rejection(f"excluded by plugin {self.impl.plugin_name}", RejectionReason.RESTRICTED)
 
 
 @dataclass(frozen=True, slots=True)

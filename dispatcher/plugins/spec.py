@@ -59,7 +59,10 @@ def mkd_filter_cluster(
     """Drop ``cluster`` for ``request`` by returning the reason, or return ``None`` to keep it.
 
     Runs after the algorithm's own filters, for every algorithm. ``ctx.fit(cluster)`` gives the
-    shared fit computation (fits now / ever, queue ahead) without recomputing it.
+    shared fit computation (fits now / ever, queue ahead) without recomputing it. The text is
+    shown in verdicts and Events; the drop is counted in
+    ``multikueue_dispatcher_filtered_clusters_total{plugin="<plugin>:filter", reason="other"}``
+    (free text never becomes a label value).
     """
 
 

@@ -7,6 +7,7 @@ tracing with :func:`setup_tracing` from the ``otlp_endpoint`` setting. The serie
 
 from dispatcher.telemetry.metrics import (
     DECISION_LATENCY_BUCKETS,
+    ERROR_KINDS,
     PREFIX,
     SERIES,
     TIME_TO_ADMISSION_BUCKETS,
@@ -33,6 +34,7 @@ __all__ = [
     "ATTR_NAMESPACE",
     "ATTR_WORKLOAD",
     "DECISION_LATENCY_BUCKETS",
+    "ERROR_KINDS",
     "PREFIX",
     "SERIES",
     "SPAN_NOMINATE",

@@ -24,8 +24,11 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.resources import Resource
 from prometheus_client import CollectorRegistry
 
+from dispatcher.algorithms.model import RejectionReason
+
 __all__ = [
     "DECISION_LATENCY_BUCKETS",
+    "ERROR_KINDS",
     "PREFIX",
     "SERIES",
     "TIME_TO_ADMISSION_BUCKETS",
@@ -43,9 +46,38 @@ ReplicaRole = Literal["leader", "follower", "standalone"]
 """Kueue's ``replica_role`` values: ``standalone`` when leader election is off."""
 
 ErrorKind = Literal[
-    "api", "watch", "kubeconfig", "decision", "plugin", "write", "write_conflict", "event"
+    "api",
+    "watch",
+    "kubeconfig",
+    "decision",
+    "plugin",
+    "write",
+    "write_conflict",
+    "event",
+    "unexpected",
 ]
 """Values of the ``kind`` label of ``multikueue_dispatcher_errors_total``."""
+
+ERROR_KINDS: dict[ErrorKind, str] = {
+    "api": "a reconcile failed on a manager API error other than its status write (retried "
+    "with backoff, never sooner than a Retry-After)",
+    "watch": "a list or watch request of a manager or worker resource failed (one per failed "
+    "attempt, retried with backoff); a stream that stayed open and was cut is watched again "
+    "at once and not counted, nor is an optional resource a worker does not serve (Nodes "
+    "answering 403 or 404)",
+    "kubeconfig": "a worker's kubeconfig Secret was refused (missing, not valid, or insecure, "
+    "contract C62), once per Secret content: the worker is unusable until the Secret changes",
+    "decision": "a decision timed out or raised (the workload keeps its nomination)",
+    "plugin": "a plugin stage failed and was skipped for one decision",
+    "write": "a nomination write (status.nominatedClusterNames) failed with an error answer or "
+    "no answer, other than a lost race (retried with backoff)",
+    "write_conflict": "a nomination write lost a race (409, or 422 because Kueue set "
+    "clusterName meanwhile): the workload is decided again on fresh data",
+    "event": "an Event could not be recorded",
+    "unexpected": "a reconcile raised an exception nobody foresaw (a bug): logged with its "
+    "traceback, the workload retried with backoff",
+}
+"""What each error kind counts (``docs/metrics.md`` lists it)."""
 
 DECISION_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 """Seconds; decisions are in-memory computations over cached snapshots."""
@@ -107,7 +139,9 @@ DECISION_LATENCY = Series(
     "histogram",
     "s",
     ("cluster_queue", "algorithm"),
-    "Time to take one dispatch decision (request building and algorithm pipeline).",
+    "Time to take one dispatch decision: building the request and the candidate clusters' "
+    "snapshots from the caches, and the algorithm pipeline (the wait for the decision lock "
+    "excluded); cluster_queue is the workload's ClusterQueue on the manager.",
 )
 TIME_TO_ADMISSION = Series(
     PREFIX + "time_to_admission",
@@ -136,7 +170,27 @@ ERRORS = Series(
     "counter",
     "1",
     ("kind",),
-    "Errors by kind: api, watch, kubeconfig, decision, plugin, write, write_conflict, event.",
+    "Errors by kind: api, watch, kubeconfig, decision, plugin, write, write_conflict, event, "
+    "unexpected (docs/metrics.md says what each counts).",
+)
+FILTERED_CLUSTERS = Series(
+    PREFIX + "filtered_clusters",
+    "counter",
+    "1",
+    ("plugin", "reason"),
+    "Candidate clusters a filter dropped, one per cluster per decision: plugin is the filter "
+    "('active' for clusters that are not active, '<plugin>:filter' or '<plugin>:restrict' for "
+    "a plugin's), reason a code of a fixed set (docs/metrics.md), never free text. As KEP-8692 "
+    "plans kueue_dispatcher_filtered_clusters_total.",
+)
+NO_FEASIBLE_CLUSTER = Series(
+    PREFIX + "no_feasible_cluster",
+    "counter",
+    "1",
+    ("cluster_queue", "algorithm"),
+    "Decisions in which no candidate cluster passed the filters: nothing is nominated, the "
+    "workload is decided again on the next change or resync (and counted again). As KEP-8692 "
+    "plans kueue_dispatcher_no_feasible_cluster_total.",
 )
 QUEUE_DEPTH = Series(
     PREFIX + "queue_depth",
@@ -177,6 +231,8 @@ SERIES: tuple[Series, ...] = (
     IN_FLIGHT,
     CONNECTION_STATE,
     ERRORS,
+    FILTERED_CLUSTERS,
+    NO_FEASIBLE_CLUSTER,
     QUEUE_DEPTH,
     PLUGIN_INFO,
     STUCK_WORKLOADS,
@@ -233,6 +289,8 @@ class Metrics:
 
         self._nominations = counter(NOMINATIONS)
         self._errors = counter(ERRORS)
+        self._filtered = counter(FILTERED_CLUSTERS)
+        self._no_feasible = counter(NO_FEASIBLE_CLUSTER)
         self._stuck = counter(STUCK_WORKLOADS)
         self._decision_latency = histogram(DECISION_LATENCY, DECISION_LATENCY_BUCKETS)
         self._time_to_admission = histogram(TIME_TO_ADMISSION, TIME_TO_ADMISSION_BUCKETS)
@@ -311,6 +369,23 @@ class Metrics:
     def error(self, kind: ErrorKind) -> None:
         """Count one error of ``kind``."""
         self._errors.add(1, {"kind": kind, "replica_role": self._role})
+
+    def filtered_cluster(self, *, plugin: str, reason: RejectionReason) -> None:
+        """Count one candidate cluster dropped by the filter ``plugin`` for ``reason``.
+
+        ``plugin`` is a stage name of the configured pipeline (a bounded set); ``reason`` a
+        code, never a filter's text, so the series' cardinality stays bounded.
+        """
+        self._filtered.add(
+            1, {"plugin": plugin, "reason": reason.value, "replica_role": self._role}
+        )
+
+    def no_feasible_cluster(self, *, cluster_queue: str, algorithm: str) -> None:
+        """Count one decision in which no candidate cluster passed the filters."""
+        self._no_feasible.add(
+            1,
+            {"cluster_queue": cluster_queue, "algorithm": algorithm, "replica_role": self._role},
+        )
 
     def stuck_workload(self, *, cluster_queue: str) -> None:
         """Count one workload found stuck by the field-manager pitfall (contract C43)."""

@@ -16,6 +16,7 @@ import anyio
 import pytest
 from prometheus_client import CollectorRegistry
 
+from dispatcher.algorithms.model import RejectionReason
 from dispatcher.http import (
     BoundAddresses,
     Check,
@@ -172,6 +173,8 @@ async def test_metrics_scrape_shows_the_documented_series_with_their_types() -> 
         metrics.set_queue_depth(2)
         metrics.add_plugin_info("gpu-type-affinity", distribution="built-in", version="0.1.0")
         metrics.stuck_workload(cluster_queue="cq-gpu")
+        metrics.filtered_cluster(plugin="gpu-type", reason=RejectionReason.GPU_TYPE_MISMATCH)
+        metrics.no_feasible_cluster(cluster_queue="cq-gpu", algorithm="capacity-first")
         async with running(registry=metrics.registry) as bound:
             status, content_type, text = await get(bound.metrics, "/metrics")
             _, open_type, open_text = await get(

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from pathlib import Path
+from typing import get_args
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from dispatcher.telemetry import SERIES, ConnectionState, Metrics, Series
+from dispatcher.algorithms.model import REJECTION_REASONS, RejectionReason
+from dispatcher.telemetry import ERROR_KINDS, SERIES, ConnectionState, ErrorKind, Metrics, Series
 
 
 @pytest.fixture
@@ -30,6 +33,8 @@ def exercise(metrics: Metrics) -> None:
     metrics.set_queue_depth(7)
     metrics.add_plugin_info("capacity-first", distribution="built-in", version="0.1.0")
     metrics.stuck_workload(cluster_queue="cq-gpu")
+    metrics.filtered_cluster(plugin="gpu-type", reason=RejectionReason.GPU_TYPE_MISMATCH)
+    metrics.no_feasible_cluster(cluster_queue="cq-gpu", algorithm="a+b")
 
 
 def scrape(metrics: Metrics) -> str:
@@ -168,3 +173,38 @@ def test_facades_are_independent() -> None:
     finally:
         first.shutdown()
         second.shutdown()
+
+
+def test_rejections_are_counted_by_plugin_and_reason_code(metrics: Metrics) -> None:
+    metrics.filtered_cluster(plugin="active", reason=RejectionReason.INACTIVE)
+    metrics.filtered_cluster(plugin="active", reason=RejectionReason.INACTIVE)
+    metrics.filtered_cluster(plugin="gpu-type", reason=RejectionReason.NO_GPU_TYPES)
+    metrics.no_feasible_cluster(cluster_queue="cq-gpu", algorithm="capacity-first")
+    text = scrape(metrics)
+    filtered = {
+        (labels["plugin"], labels["reason"]): value
+        for _, labels, value in samples(text, "multikueue_dispatcher_filtered_clusters_total")
+    }
+    assert filtered == {("active", "inactive"): 2.0, ("gpu-type", "no_gpu_types"): 1.0}
+    assert samples(text, "multikueue_dispatcher_no_feasible_cluster_total") == [
+        (
+            "multikueue_dispatcher_no_feasible_cluster_total",
+            {
+                "cluster_queue": "cq-gpu",
+                "algorithm": "capacity-first",
+                "replica_role": "standalone",
+            },
+            1.0,
+        )
+    ]
+
+
+def test_every_error_kind_and_rejection_reason_is_documented() -> None:
+    assert tuple(ERROR_KINDS) == get_args(ErrorKind)
+    assert tuple(REJECTION_REASONS) == tuple(RejectionReason)
+    assert all(ERROR_KINDS.values())
+    assert all(REJECTION_REASONS.values())
+    # The README's Metrics section names every reason code (docs/metrics.md is generated).
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme[readme.index("### Metrics") : readme.index("### RBAC")]
+    assert [code.value for code in RejectionReason if f"`{code.value}`" not in section] == []

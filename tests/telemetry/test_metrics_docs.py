@@ -9,6 +9,7 @@ from types import ModuleType
 
 from prometheus_client import generate_latest
 
+from dispatcher.algorithms.model import RejectionReason
 from dispatcher.telemetry import SERIES, ConnectionState, Metrics
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,6 +50,8 @@ def test_every_registered_series_is_documented_and_vice_versa() -> None:
         metrics.set_queue_depth(1)
         metrics.add_plugin_info("p", distribution="d", version="1")
         metrics.stuck_workload(cluster_queue="q")
+        metrics.filtered_cluster(plugin="p", reason=RejectionReason.OTHER)
+        metrics.no_feasible_cluster(cluster_queue="q", algorithm="a")
         text = generate_latest(metrics.registry).decode()
     finally:
         metrics.shutdown()
