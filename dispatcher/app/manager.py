@@ -152,6 +152,7 @@ class Manager:
             client_factory=worker_client,
             reconnect=BackoffPolicy(initial=1.0, maximum=60.0),
             on_change=self._changed,
+            stale_grace=settings.worker_stale_grace_seconds,
         )
         self.nominator = Nominator(
             self.registry,

@@ -209,6 +209,7 @@ class Nominator:
         self._limiter = anyio.CapacityLimiter(max(1, self.config.workers))
         self._decision_lock = anyio.Lock()
         self._published_states: set[str] = set()
+        self._usable: dict[str, tuple[bool, bool]] = {}
         self._started: float | None = None
         self._tracer = tracer or trace.get_tracer(__name__)
 
@@ -229,8 +230,21 @@ class Nominator:
         self.versions[cluster] = self.versions.get(cluster, 0) + 1
         if resource == "workloads" and isinstance(item, ObjectEvent):
             self.queue.add(_key_of(item.object))
-        if isinstance(item, ObjectEvent | Listed) or resource == "connection":
+        if isinstance(item, ObjectEvent | Listed) or (
+            resource == "connection" and self._usability_changed(cluster)
+        ):
             self._requeue_waiting()
+
+    def _usability_changed(self, cluster: str) -> bool:
+        """Whether a worker's connection change can change a decision: our mirror of it became
+        usable or unusable (a blip within the stale grace does neither), or its first
+        connection attempt got an outcome (decisions wait for that after a start)."""
+        worker = self.registry.workers.get(cluster)
+        seen = (self.registry.mirror_usable(cluster), worker is not None and worker.settled)
+        if self._usable.get(cluster) == seen:
+            return False
+        self._usable[cluster] = seen
+        return True
 
     def _requeue_all(self) -> None:
         for obj in self.registry.manager.cache("workloads").items():
@@ -455,12 +469,17 @@ class Nominator:
     def _copies(
         self, check: str, namespace: str, name: str
     ) -> Iterator[tuple[Candidate, Mapping[str, Any]]]:
-        """The connected candidates that have a copy of this Workload, with the copy as their
-        mirror shows it. A same-named Workload without our origin label is not a copy (C23)."""
+        """The candidates whose mirror is usable (connected, or stale within the grace) and
+        have a copy of this Workload, with the copy as their mirror shows it. A same-named
+        Workload without our origin label is not a copy (C23)."""
         candidates, _ = self.registry.candidates(check)
         for candidate in candidates:
             worker = candidate.worker
-            if worker is None or worker.mirror is None or not worker.connected:
+            if (
+                worker is None
+                or worker.mirror is None
+                or not self.registry.mirror_usable(worker.name)
+            ):
                 continue
             copy = worker.mirror.cache("workloads").get(name, namespace)
             if copy is not None and is_copy(copy, self.config.origin):
