@@ -187,7 +187,7 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Plugins whose filters enforce hard rules: when one of their filters "
         "raises, returns garbage or hangs, the decision is withheld (nothing written, a "
-        "`DecisionWithheld` Event, retried at `resync_seconds`) instead of skipping the filter. "
+        "`DecisionWithheld` Event, decided again with backoff) instead of skipping the filter. "
         "Names must be loaded plugins (`multikueue-dispatcher plugins`).",
     )
     manager_client: ClientSettings = Field(
@@ -221,7 +221,8 @@ class Settings(BaseSettings):
         default=5.0,
         gt=0,
         description="Longest time one decision may take; a slower one is abandoned, counted as "
-        "an error and retried.",
+        "an error and retried with the work queue's exponential backoff (50 ms doubling, at "
+        "most 30 s and never later than `resync_seconds`; reset by the next decision).",
     )
     worker_stale_grace_seconds: float = Field(
         default=DEFAULT_STALE_GRACE_SECONDS,

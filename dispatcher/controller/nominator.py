@@ -210,6 +210,9 @@ class Nominator:
         self._decision_lock = anyio.Lock()
         self._published_states: set[str] = set()
         self._usable: dict[str, tuple[bool, bool]] = {}
+        self._retrying: set[str] = set()
+        """Keys whose last reconcile got no usable decision (timed out, failed, withheld):
+        retried with the queue's backoff, which a success resets."""
         self._started: float | None = None
         self._tracer = tracer or trace.get_tracer(__name__)
 
@@ -274,7 +277,8 @@ class Nominator:
                 return
             try:
                 await self.reconcile(key)
-                self.queue.forget(key)
+                if key not in self._retrying:
+                    self.queue.forget(key)  # a success resets the key's backoff
             except InvalidField as error:
                 # A Workload the CRD schema would have refused: reported, not retried (any
                 # change of it queues it again).
@@ -338,6 +342,7 @@ class Nominator:
             span.set_attribute("dispatcher.outcome", outcome)
 
     async def _reconcile(self, key: str, namespace: str, name: str) -> str:
+        self._retrying.discard(key)
         workload = self.registry.manager.cache("workloads").get(name, namespace)
         if workload is None:
             self.in_flight.forget(key)
@@ -387,7 +392,7 @@ class Nominator:
             request, snapshots = self._inputs(workload, verdict.check, record, current, now)
             decision = await self._decide(key, request, snapshots)
             if decision is None:
-                self.queue.add_after(key, self.config.resync_seconds)
+                self._retry_with_backoff(key, "no decision")
                 return "no decision"
             target = current if decision.withheld else tuple(decision.nominate)
             if not target and current and not any(snap.active for snap in snapshots):
@@ -403,7 +408,7 @@ class Nominator:
                     self.in_flight.forget(key)
         if decision.withheld:
             await self._withhold(key, workload, record, decision)
-            self.queue.add_after(key, self.config.resync_seconds)
+            self._retry_with_backoff(key, "decision withheld")
             return "withheld"
         record.decision, record.decided_at = decision, now
         message = summarize(decision)
@@ -429,6 +434,25 @@ class Nominator:
             key, follow_up if follow_up is not None else self.config.resync_seconds
         )
         return "nominated" if target != current else "unchanged"
+
+    def _retry_with_backoff(self, key: str, why: str) -> None:
+        """Decide ``key`` again after the work queue's exponential backoff of its failures
+        (bounded by the queue's maximum delay, and never later than ``resync_seconds``), not
+        at the resync: a hung or failing plugin is skipped or answers again soon. The next
+        decision that succeeds resets it."""
+        self._retrying.add(key)
+        delay = self.queue.add_rate_limited(key)
+        if delay > self.config.resync_seconds:
+            delay = self.config.resync_seconds
+            self.queue.add_after(key, delay)  # the earlier deadline wins
+        log.info(
+            "workload %s: %s; deciding again in %.2fs (attempt %d)",
+            key,
+            why,
+            delay,
+            self.queue.failures(key),
+            extra={"workload": key},
+        )
 
     def _holding_copy(self, check: str, namespace: str, name: str) -> str | None:
         """The connected candidate whose copy of this Workload already holds quota there, if
