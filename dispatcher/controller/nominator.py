@@ -7,8 +7,11 @@ queue; K workers reconcile them. A reconcile reads only the mirrors: it checks e
 (C50), writes the nomination when it differs from the current one (server-side apply with our
 field manager, or a JSON merge patch, always with the resourceVersion the decision was based on),
 records the nomination as in-flight capacity, emits an Event that explains the choice, and
-schedules the follow-up the algorithm asked for. Nothing lives only in memory that a restart
-could not rebuild from the API: the in-flight ledger is re-seeded from current nominations.
+schedules the follow-up the algorithm asked for. After a restart the state that decisions
+depend on is rebuilt from the API: the nomination's clock from our field manager's managedFields
+entry (:func:`nomination_time`), and the in-flight ledger re-seeded from current nominations with
+that clock. What stays in memory only (the Event de-duplication, the stuck report, the wait for a
+leftover copy) is listed in the README ("Restarts").
 
 It also watches for the field-manager pitfall (C43): a copy ``Admitted`` on a nominated worker
 while the manager Workload never gets ``clusterName``.
@@ -143,6 +146,33 @@ def _transition_time(obj: Mapping[str, Any], kind: str) -> float | None:
     for item in (obj.get("status") or {}).get("conditions") or []:
         if item.get("type") == kind:
             return _parse_time(item.get("lastTransitionTime"))
+    return None
+
+
+def nomination_time(workload: Mapping[str, Any], field_manager: str) -> float | None:
+    """When ``field_manager`` last changed ``status.nominatedClusterNames``, from the API: the
+    ``time`` of its managedFields entry for the status subresource (``operation: Apply``,
+    ``subresource: status``), provided that entry still owns the field. None when it does not
+    (another writer took it over, or the nomination is not ours).
+
+    kube-apiserver stamps an Apply entry's ``time`` only when the apply changed the object, with
+    a resolution of one second; the dispatcher's status apply owns nothing but the nomination,
+    so the time is when the nomination last changed by our hand. A restart recovers the
+    nomination's age (capacity-first's patience, Incremental's round, in-flight ages) from it.
+    """
+    for entry in (workload.get("metadata") or {}).get("managedFields") or ():
+        if not isinstance(entry, Mapping):
+            continue
+        if (
+            entry.get("manager") != field_manager
+            or entry.get("operation") != "Apply"
+            or entry.get("subresource") != "status"
+        ):
+            continue
+        owned = ((entry.get("fieldsV1") or {}).get("f:status") or {}).get("f:nominatedClusterNames")
+        if owned is None:
+            return None
+        return _parse_time(entry.get("time"))
     return None
 
 
@@ -374,9 +404,14 @@ class Nominator:
             return "waiting for worker sync"
         current = tuple(str(n) for n in status.get("nominatedClusterNames") or ())
         if current != record.nominated:
-            # Someone else (or our earlier self) changed it: restart its clock from the API.
+            # Someone else (or our earlier self, before a restart) changed it: take its clock
+            # from the API, else start it now.
             record.nominated = current
-            record.nominated_at = now if current else None
+            record.nominated_at = self._nominated_at(workload, current, now)
+            ours = nomination_time(workload, self.config.field_manager) is not None
+            if ours and record.first_nominated_at is None:
+                # Written by us before a restart: its admission still counts (time to admission).
+                record.first_nominated_at = record.nominated_at
         await self._check_stuck(key, workload, record, current, now)
         holder = self._holding_copy(verdict.check, namespace, name)
         if holder is not None:
@@ -643,6 +678,17 @@ class Nominator:
             )
         self._publish_in_flight()
 
+    def _nominated_at(
+        self, workload: Mapping[str, Any], current: tuple[str, ...], now: float
+    ) -> float | None:
+        """The clock of a nomination this process did not write: when our field manager last
+        changed it (:func:`nomination_time`, never later than ``now``), else ``now``; None
+        without a nomination."""
+        if not current:
+            return None
+        recovered = nomination_time(workload, self.config.field_manager)
+        return now if recovered is None else min(recovered, now)
+
     def _first_sync_pending(self, check: str, now: float) -> float | None:
         """Seconds of grace left while a candidate worker has not settled yet, else None."""
         if self._started is None:
@@ -709,7 +755,9 @@ class Nominator:
         current = tuple(
             str(n) for n in (workload.get("status") or {}).get("nominatedClusterNames") or ()
         )
-        record = self.records.get(key) or Record(nominated=current)
+        record = self.records.get(key) or Record(
+            nominated=current, nominated_at=self._nominated_at(workload, current, self._now())
+        )
         request, snapshots = self._inputs(workload, verdict.check, record, current, self._now())
         return verdict.reason, await self._decide(key, request, snapshots)
 
