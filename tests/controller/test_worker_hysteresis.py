@@ -12,11 +12,17 @@ dispatcher's own streams fail.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
+from pathlib import Path
 
+import anyio
 import pytest
+import yaml
 from controller_kit import FakeClock, World, world
 
+from dispatcher.cli import main as cli_main
 from dispatcher.clusters.activeness import DEFAULT_STALE_GRACE_SECONDS
 
 GRACE = DEFAULT_STALE_GRACE_SECONDS
@@ -159,3 +165,35 @@ async def test_kueue_inactive_moves_at_once() -> None:
         assert verdict is not None
         assert verdict.reason == "Kueue reports Active=False (ClientConnectionFailed)"
         assert verdict.mirror == "fresh"
+
+
+def run_cli(argv: list[str]) -> tuple[int, str, str]:
+    """``multikueue-dispatcher ARGV`` in-process (it calls ``anyio.run``: run it in a thread)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli_main(argv)
+    return code, out.getvalue(), err.getvalue()
+
+
+async def test_explain_prints_kueues_view_and_ours_per_worker(tmp_path: Path) -> None:
+    """``explain`` shows, under each worker's connection state, whether it is dispatched to and
+    both inputs: Kueue's ``Active`` condition and our mirror's freshness (no secret in it)."""
+    async with world() as env:
+        await env.start_dispatcher()
+        await env.add_workload("job")
+        await env.wait(lambda: env.nominated("job") == ("w1",) and env.idle("job"))
+        await env.set_active("w2", False)
+        kubeconfig = tmp_path / "manager.kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump(env.manager.kubeconfig))
+        argv = ["explain", "default/job", "--kubeconfig", str(kubeconfig), "--sync-timeout", "10"]
+        code, out, err = await anyio.to_thread.run_sync(run_cli, argv)
+    assert code == 0, out + err
+    lines = out.splitlines()
+    w1 = lines.index("  worker w1: Connected")
+    assert lines[w1 + 1] == "    dispatched to (Kueue: Active=True; our mirror: fresh)"
+    w2 = lines.index("  worker w2: Connected")
+    assert lines[w2 + 1] == (
+        "    not dispatched to: Kueue reports Active=False (ClientConnectionFailed) "
+        "(Kueue: Active=False (ClientConnectionFailed); our mirror: fresh)"
+    )
+    assert env.workers["w1"].token not in out
