@@ -505,7 +505,7 @@ class ClusterRegistry:
         A cluster is active when Kueue reports its MultiKueueCluster ``Active=True`` (Kueue
         creates copies only there, C32, C50) **and** our own mirror of it is synced and either
         connected or disconnected for less than ``stale_grace`` seconds (see
-        :func:`activeness`).
+        :meth:`activeness`).
         """
         config_name, names, problem = self.config_of(check)
         found: list[Candidate] = []
