@@ -92,10 +92,11 @@ class Ages:
         return self.seen[count:]
 
 
-async def nominate_then_restart(env: World, ages: Ages, offset: float) -> tuple[float, float]:
+async def nominate_then_restart(env: World, ages: Ages, offset: float) -> tuple[float, float, int]:
     """Nominate ``job`` to w1 with one dispatcher, stop it, and start a new one whose clock is
-    ``offset`` seconds later; returns the first dispatcher's decision time and the time the
-    nomination was seen written (the server stamped its second in between)."""
+    ``offset`` seconds later; returns the first dispatcher's decision time, the time the
+    nomination was seen written (the server stamped its second in between) and how many
+    decisions were made before the restart."""
     await env.start_dispatcher()
     await env.add_workload("job")
     await env.wait(lambda: env.nominated("job") == ("w1",) and env.idle("job"))
@@ -105,8 +106,9 @@ async def nominate_then_restart(env: World, ages: Ages, offset: float) -> tuple[
     assert found is not None
     assert nomination_time(found, FIELD_MANAGER) is not None
     env.stop_dispatcher()
+    before_restart = len(ages.seen)
     await env.start_dispatcher(now=lambda: time.time() + offset)
-    return decided, written_after
+    return decided, written_after, before_restart
 
 
 async def test_restart_keeps_the_nomination_clock() -> None:
@@ -115,8 +117,9 @@ async def test_restart_keeps_the_nomination_clock() -> None:
     the nomination and writes nothing."""
     ages = Ages()
     async with world(decide=ages) as env:
-        decided, written_after = await nominate_then_restart(env, ages, offset=100.0)
-        before_restart = len(ages.seen)
+        decided, written_after, before_restart = await nominate_then_restart(
+            env, ages, offset=100.0
+        )
         await env.wait(lambda: any(n for n, _, _ in ages.after(before_restart)) and env.idle("job"))
         nominated, since, now = next(s for s in ages.after(before_restart) if s[0])
         assert nominated == ("w1",)
@@ -149,16 +152,16 @@ async def test_explain_sees_the_recovered_age() -> None:
     ages = Ages()
     async with world(decide=ages) as env:
         await nominate_then_restart(env, ages, offset=100.0)
+        evaluated = Ages()  # its own recorder: the restarted dispatcher keeps deciding
         fresh = Nominator(
             env.mirrors,
-            ages,
+            evaluated,
             config=ControllerConfig(),
             now=lambda: time.time() + 200.0,
         )
-        count = len(ages.seen)
         reason, decision = await fresh.evaluate("default/job")
         assert decision is not None, reason
-        nominated, since, now = ages.seen[count]
+        [(nominated, since, now)] = evaluated.seen
         assert nominated == ("w1",)
         assert since is not None
         assert now - since >= 200.0

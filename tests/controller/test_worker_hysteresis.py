@@ -12,18 +12,15 @@ dispatcher's own streams fail.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import logging
 from pathlib import Path
 
-import anyio
 import pytest
 import yaml
 from controller_kit import FakeClock, World, world
 
-from dispatcher.cli import main as cli_main
 from dispatcher.clusters.activeness import DEFAULT_STALE_GRACE_SECONDS
+from dispatcher.sandbox.testkit import run_cli_process
 
 GRACE = DEFAULT_STALE_GRACE_SECONDS
 W1_LOOPS = (
@@ -167,14 +164,6 @@ async def test_kueue_inactive_moves_at_once() -> None:
         assert verdict.mirror == "fresh"
 
 
-def run_cli(argv: list[str]) -> tuple[int, str, str]:
-    """``multikueue-dispatcher ARGV`` in-process (it calls ``anyio.run``: run it in a thread)."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli_main(argv)
-    return code, out.getvalue(), err.getvalue()
-
-
 async def test_explain_prints_kueues_view_and_ours_per_worker(tmp_path: Path) -> None:
     """``explain`` shows, under each worker's connection state, whether it is dispatched to and
     both inputs: Kueue's ``Active`` condition and our mirror's freshness (no secret in it)."""
@@ -186,7 +175,7 @@ async def test_explain_prints_kueues_view_and_ours_per_worker(tmp_path: Path) ->
         kubeconfig = tmp_path / "manager.kubeconfig"
         kubeconfig.write_text(yaml.safe_dump(env.manager.kubeconfig))
         argv = ["explain", "default/job", "--kubeconfig", str(kubeconfig), "--sync-timeout", "10"]
-        code, out, err = await anyio.to_thread.run_sync(run_cli, argv)
+        code, out, err = await run_cli_process(argv)  # in-process, TLS closes may be cut
     assert code == 0, out + err
     lines = out.splitlines()
     w1 = lines.index("  worker w1: Connected")
