@@ -5,8 +5,9 @@ whenever a round has stood for ``round_timeout_seconds`` without admission, the 
 ``step_size`` candidates are **appended**. Nominations are never withdrawn until admission or
 eviction (which clears them, so the next round starts from the head of the list again). The
 candidate list is the MultiKueueConfig order (Kueue ≥ 0.19 with the default gate) or alphabetical
-(older Kueue). The round start is the time the nomination last changed, so, as in Kueue after a
-restart, a nomination of unknown age starts the next round at once.
+(older Kueue). The round start is the time the nomination last changed (the dispatcher recovers
+it from the API after a restart, where Kueue's in-memory round timer starts the next round at
+once); a request with no nomination age at all starts the next round at once.
 
 One deliberate difference: Kueue also nominates disconnected clusters (wasting a slot for a whole
 round, C61); here inactive clusters are skipped, as for every algorithm of this project.

@@ -140,7 +140,10 @@ async def _explain(args: argparse.Namespace, settings: Settings) -> int:
             changed = anyio.Event()
 
         registry = ClusterRegistry(
-            api, kueue_namespace=settings.kueue_namespace, on_change=on_change
+            api,
+            kueue_namespace=settings.kueue_namespace,
+            on_change=on_change,
+            stale_grace=settings.worker_stale_grace_seconds,
         )
         nominator = Nominator(
             registry, build_decide(settings, PluginHost.load()), config=controller_config(settings)
@@ -161,6 +164,9 @@ async def _explain(args: argparse.Namespace, settings: Settings) -> int:
                     await changed.wait()
             for worker_name, state in registry.states().items():
                 print(f"  worker {worker_name}: {describe_state(state)}")
+                verdict = registry.activeness(worker_name)
+                if verdict is not None:
+                    print(f"    {verdict.describe()}")
             try:
                 eligibility_reason, decision = await nominator.evaluate(f"{namespace}/{name}")
             except InvalidField as error:

@@ -171,6 +171,7 @@ class Manager:
             reconnect=BackoffPolicy(initial=1.0, maximum=60.0),
             on_change=self._changed,
             metrics=self.metrics,
+            stale_grace=settings.worker_stale_grace_seconds,
         )
         self.nominator = Nominator(
             self.registry,

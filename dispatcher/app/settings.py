@@ -49,6 +49,7 @@ from pydantic_settings import (
 )
 
 from dispatcher.algorithms import DEFAULT_PIPELINE
+from dispatcher.clusters.activeness import DEFAULT_STALE_GRACE_SECONDS
 from dispatcher.http import parse_address
 from dispatcher.leader.settings import LeaderElectionSettings
 from dispatcher.logs import redact
@@ -290,7 +291,7 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Plugins whose filters enforce hard rules: when one of their filters "
         "raises, returns garbage or hangs, the decision is withheld (nothing written, a "
-        "`DecisionWithheld` Event, retried at `resync_seconds`) instead of skipping the filter. "
+        "`DecisionWithheld` Event, decided again with backoff) instead of skipping the filter. "
         "Names must be loaded plugins (`multikueue-dispatcher plugins`).",
     )
     manager_client: ClientSettings = Field(
@@ -324,7 +325,17 @@ class Settings(BaseSettings):
         default=5.0,
         gt=0,
         description="Longest time one decision may take; a slower one is abandoned, counted as "
-        "an error and retried.",
+        "an error and retried with the work queue's exponential backoff (50 ms doubling, at "
+        "most 30 s and never later than `resync_seconds`; reset by the next decision).",
+    )
+    worker_stale_grace_seconds: float = Field(
+        default=DEFAULT_STALE_GRACE_SECONDS,
+        ge=0,
+        description="How long the dispatcher's own mirror of a worker may be disconnected "
+        "before the worker is lost for dispatch and its nominations move; a shorter blip moves "
+        "nothing. Kueue reporting the MultiKueueCluster not `Active` counts at once. Default 5: "
+        "a stream retried after 1 s and 2 s (two failed re-watches) stays within it, and "
+        "Kueue's own reconnect backoff starts at 5 s. 0: lost at the first failed re-watch.",
     )
     workers: int = Field(
         default=4,

@@ -83,6 +83,14 @@ class Mirror:
         )
 
     @property
+    def listed(self) -> bool:
+        """Every required resource has been listed at least once (optional ones aside): the
+        mirror holds something to decide from, connected or not."""
+        return all(
+            cache.synced for key, cache in self.caches.items() if not self.watched[key].optional
+        )
+
+    @property
     def connected(self) -> bool:
         """Every required resource's stream is healthy right now."""
         return all(

@@ -9,6 +9,10 @@ as Kueue does (C62) and runs a supervisor that builds a client and a worker :cla
 One broken worker never affects the others: a bad Secret marks that worker ``Unusable`` with the
 reason, a failing client is retried with backoff inside its own supervisor, and a changed Secret
 (rotation) or a deleted MultiKueueCluster replaces or stops just that supervisor.
+
+Whether a worker is dispatched to combines Kueue's ``Active`` condition with our mirror's
+freshness (:mod:`dispatcher.clusters.activeness`): a mirror that lost its streams stays usable
+for ``stale_grace`` seconds, and the registry reports the moment that grace runs out.
 """
 
 from __future__ import annotations
@@ -24,6 +28,12 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
+from dispatcher.clusters.activeness import (
+    DEFAULT_STALE_GRACE_SECONDS,
+    Activeness,
+    MirrorHealth,
+    judge,
+)
 from dispatcher.clusters.mirror import Mirror, Watched
 from dispatcher.k8s.client import KubeApi
 from dispatcher.k8s.clock import SYSTEM_CLOCK, Clock
@@ -113,11 +123,30 @@ class Worker:
     settled: bool = False
     """The first connection attempt has an outcome (synced, failed, or the kubeconfig is
     unusable): until then the dispatcher does not know what is on this worker."""
+    stale_since: float | None = None
+    """When our synced mirror stopped being connected (the registry's monotonic clock); None
+    while it is connected or has never synced."""
+    usable: bool = False
+    """What the registry last reported of :meth:`ClusterRegistry.mirror_usable` (a change of it
+    is notified as a ``connection`` change)."""
 
     @property
     def connected(self) -> bool:
         """Our own mirror of the worker is synced and streaming."""
         return self.mirror is not None and self.mirror.connected
+
+    def health(self) -> MirrorHealth:
+        """Our side of this worker, for :func:`~dispatcher.clusters.activeness.judge`."""
+        state = self.state
+        detail = ": ".join(
+            part
+            for part in (state.reason if state.reason != state.phase else "", state.message)
+            if part
+        )
+        synced = self.mirror is not None and self.mirror.listed
+        return MirrorHealth(
+            state.phase, detail, synced, None if self.connected else self.stale_since
+        )
 
 
 @dataclass(frozen=True)
@@ -209,8 +238,12 @@ class ClusterRegistry:
         on_change: ChangeCallback | None = None,
         client_factory: ClientFactory = _default_client,
         metrics: Metrics | None = None,
+        stale_grace: float = DEFAULT_STALE_GRACE_SECONDS,
     ) -> None:
         self.kueue_namespace = kueue_namespace
+        self.stale_grace = stale_grace
+        """How long a synced worker mirror may be disconnected before the worker is lost for
+        dispatch (see :mod:`dispatcher.clusters.activeness`)."""
         self.workers: dict[str, Worker] = {}
         self._clock = clock
         self._settings = watch_settings or WatchSettings()
@@ -373,14 +406,67 @@ class ClusterRegistry:
     def _worker_changed(self, worker: Worker, resource: str, item: WatchItem) -> None:
         mirror = worker.mirror
         if mirror is not None:
+            self._track_freshness(worker, mirror)
             if mirror.connected:
                 self._set_state(worker, "Connected", "Connected", "")
             elif mirror.synced:
                 self._set_state(worker, "Disconnected", "ClientConnectionFailed", mirror.last_error)
             else:
                 self._set_state(worker, "Connecting", "Connecting", mirror.last_error)
+            usable = self.mirror_usable(worker.name)
+            if usable != worker.usable:
+                # Not always a phase change (the first list of every required resource).
+                worker.usable = usable
+                self._notify(worker.name)
         if self._on_change is not None:
             self._on_change(worker.name, resource, item)
+
+    def _track_freshness(self, worker: Worker, mirror: Mirror) -> None:
+        """Start or end a stale period of a synced mirror (before the state change is
+        reported, so that callbacks see both together)."""
+        if mirror.connected:
+            if worker.stale_since is not None:
+                stale = self._now() - worker.stale_since
+                lost = stale >= self.stale_grace
+                log.info(
+                    "worker %s: our mirror is connected again after %.1fs%s",
+                    worker.name,
+                    stale,
+                    ": dispatched to again" if lost else " (within the grace: nothing moved)",
+                    extra={"cluster": worker.name},
+                )
+                worker.stale_since = None
+            return
+        if not mirror.listed or worker.stale_since is not None:
+            return
+        since = worker.stale_since = self._now()
+        log.info(
+            "worker %s: our mirror is disconnected (%s); still dispatched to for %gs unless "
+            "Kueue reports it inactive",
+            worker.name,
+            mirror.last_error,
+            self.stale_grace,
+            extra={"cluster": worker.name},
+        )
+        if self._group is not None:
+            self._group.start_soon(self._grace_expiry, worker, since)
+
+    async def _grace_expiry(self, worker: Worker, since: float) -> None:
+        """Report the worker lost when its mirror is still stale, from ``since``, at the end of
+        the grace; nothing when it reconnected meanwhile (or was stopped)."""
+        await self._clock.sleep(self.stale_grace)
+        if worker.stale_since != since or self.workers.get(worker.name) is not worker:
+            return
+        worker.usable = False
+        log.warning(
+            "worker %s: our mirror has been disconnected for %gs (%s): not dispatched to until "
+            "it reconnects; its nominations are moved",
+            worker.name,
+            self.stale_grace,
+            worker.mirror.last_error if worker.mirror is not None else "no mirror",
+            extra={"cluster": worker.name, "reason": "MirrorStale"},
+        )
+        self._notify(worker.name)
 
     # --- queries ------------------------------------------------------------------------------
 
@@ -425,8 +511,10 @@ class ClusterRegistry:
         """The clusters a workload gated by ``check`` may go to, with their state, in config
         order; plus a problem text when the configuration itself is broken.
 
-        A cluster is active when our own mirror of it is connected **and** Kueue reports its
-        MultiKueueCluster ``Active=True`` (Kueue creates copies only there, C32, C50).
+        A cluster is active when Kueue reports its MultiKueueCluster ``Active=True`` (Kueue
+        creates copies only there, C32, C50) **and** our own mirror of it is synced and either
+        connected or disconnected for less than ``stale_grace`` seconds (see
+        :meth:`activeness`).
         """
         config_name, names, problem = self.config_of(check)
         found: list[Candidate] = []
@@ -441,33 +529,34 @@ class ClusterRegistry:
                 )
                 found.append(Candidate(name, order, False, missing, {}, None))
                 continue
-            active = _condition(mkc, "Active")
-            if worker is None or not worker.connected:
-                state = worker.state if worker is not None else None
-                reason = (
-                    ": ".join(
-                        part
-                        for part in (
-                            state.phase,
-                            state.reason if state.reason != state.phase else "",
-                            state.message,
-                        )
-                        if part
-                    )
-                    if state is not None
-                    else "not connected"
-                )
-                found.append(Candidate(name, order, False, reason, labels, worker))
-            elif active is None or active.get("status") != "True":
-                reason = (
-                    f"Kueue reports Active={active.get('status')} ({active.get('reason')})"
-                    if active is not None
-                    else "Kueue has not connected to it yet"
-                )
-                found.append(Candidate(name, order, False, reason, labels, worker))
-            else:
-                found.append(Candidate(name, order, True, "", labels, worker))
+            verdict = self._judge(mkc, worker)
+            found.append(Candidate(name, order, verdict.active, verdict.reason, labels, worker))
         return found, problem
+
+    def _judge(self, mkc: Mapping[str, Any], worker: Worker | None) -> Activeness:
+        return judge(
+            _condition(mkc, "Active"),
+            worker.health() if worker is not None else None,
+            now=self._now(),
+            grace=self.stale_grace,
+        )
+
+    def activeness(self, name: str) -> Activeness | None:
+        """Whether the worker ``name`` is dispatched to, with Kueue's view and our mirror's
+        (``explain``); None when no MultiKueueCluster has that name."""
+        mkc = self.manager.cache("multikueueclusters").get(name)
+        return None if mkc is None else self._judge(mkc, self.workers.get(name))
+
+    def mirror_usable(self, name: str) -> bool:
+        """Our side alone: the worker's mirror is synced, and connected or stale for less than
+        the grace (a decision may read it)."""
+        worker = self.workers.get(name)
+        if worker is None:
+            return False
+        health = worker.health()
+        if not health.synced:
+            return False
+        return health.stale_since is None or self._now() - health.stale_since < self.stale_grace
 
     def states(self) -> dict[str, WorkerState]:
         """Connection state of every known worker."""

@@ -7,8 +7,11 @@ queue; K workers reconcile them. A reconcile reads only the mirrors: it checks e
 (C50), writes the nomination when it differs from the current one (server-side apply with our
 field manager, or a JSON merge patch, always with the resourceVersion the decision was based on),
 records the nomination as in-flight capacity, emits an Event that explains the choice, and
-schedules the follow-up the algorithm asked for. Nothing lives only in memory that a restart
-could not rebuild from the API: the in-flight ledger is re-seeded from current nominations.
+schedules the follow-up the algorithm asked for. After a restart the state that decisions
+depend on is rebuilt from the API: the nomination's clock from our field manager's managedFields
+entry (:func:`nomination_time`), and the in-flight ledger re-seeded from current nominations with
+that clock. What stays in memory only (the Event de-duplication, the stuck report, the wait for a
+leftover copy) is listed in the README ("Restarts").
 
 It also watches for the field-manager pitfall (C43): a copy ``Admitted`` on a nominated worker
 while the manager Workload never gets ``clusterName``.
@@ -165,6 +168,33 @@ def _transition_time(obj: Mapping[str, Any], kind: str) -> float | None:
     return None
 
 
+def nomination_time(workload: Mapping[str, Any], field_manager: str) -> float | None:
+    """When ``field_manager`` last changed ``status.nominatedClusterNames``, from the API: the
+    ``time`` of its managedFields entry for the status subresource (``operation: Apply``,
+    ``subresource: status``), provided that entry still owns the field. None when it does not
+    (another writer took it over, or the nomination is not ours).
+
+    kube-apiserver stamps an Apply entry's ``time`` only when the apply changed the object, with
+    a resolution of one second; the dispatcher's status apply owns nothing but the nomination,
+    so the time is when the nomination last changed by our hand. A restart recovers the
+    nomination's age (capacity-first's patience, Incremental's round, in-flight ages) from it.
+    """
+    for entry in (workload.get("metadata") or {}).get("managedFields") or ():
+        if not isinstance(entry, Mapping):
+            continue
+        if (
+            entry.get("manager") != field_manager
+            or entry.get("operation") != "Apply"
+            or entry.get("subresource") != "status"
+        ):
+            continue
+        owned = ((entry.get("fieldsV1") or {}).get("f:status") or {}).get("f:nominatedClusterNames")
+        if owned is None:
+            return None
+        return _parse_time(entry.get("time"))
+    return None
+
+
 def _key_of(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata") or {}
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
@@ -228,6 +258,10 @@ class Nominator:
         self._limiter = anyio.CapacityLimiter(max(1, self.config.workers))
         self._decision_lock = anyio.Lock()
         self._published_states: set[str] = set()
+        self._usable: dict[str, tuple[bool, bool]] = {}
+        self._retrying: set[str] = set()
+        """Keys whose last reconcile got no usable decision (timed out, failed, withheld):
+        retried with the queue's backoff, which a success resets."""
         self._started: float | None = None
         self._tracer = tracer or trace.get_tracer(__name__)
 
@@ -248,8 +282,21 @@ class Nominator:
         self.versions[cluster] = self.versions.get(cluster, 0) + 1
         if resource == "workloads" and isinstance(item, ObjectEvent):
             self.queue.add(_key_of(item.object))
-        if isinstance(item, ObjectEvent | Listed) or resource == "connection":
+        if isinstance(item, ObjectEvent | Listed) or (
+            resource == "connection" and self._usability_changed(cluster)
+        ):
             self._requeue_waiting()
+
+    def _usability_changed(self, cluster: str) -> bool:
+        """Whether a worker's connection change can change a decision: our mirror of it became
+        usable or unusable (a blip within the stale grace does neither), or its first
+        connection attempt got an outcome (decisions wait for that after a start)."""
+        worker = self.registry.workers.get(cluster)
+        seen = (self.registry.mirror_usable(cluster), worker is not None and worker.settled)
+        if self._usable.get(cluster) == seen:
+            return False
+        self._usable[cluster] = seen
+        return True
 
     def _requeue_all(self) -> None:
         for obj in self.registry.manager.cache("workloads").items():
@@ -279,7 +326,8 @@ class Nominator:
                 return
             try:
                 await self.reconcile(key)
-                self.queue.forget(key)
+                if key not in self._retrying:
+                    self.queue.forget(key)  # a success resets the key's backoff
             except InvalidField as error:
                 # A Workload the CRD schema would have refused: reported, not retried (any
                 # change of it queues it again).
@@ -345,6 +393,7 @@ class Nominator:
             span.set_attribute("dispatcher.outcome", outcome)
 
     async def _reconcile(self, key: str, namespace: str, name: str) -> str:
+        self._retrying.discard(key)
         workload = self.registry.manager.cache("workloads").get(name, namespace)
         if workload is None:
             self.in_flight.forget(key)
@@ -376,9 +425,14 @@ class Nominator:
             return "waiting for worker sync"
         current = tuple(str(n) for n in status.get("nominatedClusterNames") or ())
         if current != record.nominated:
-            # Someone else (or our earlier self) changed it: restart its clock from the API.
+            # Someone else (or our earlier self, before a restart) changed it: take its clock
+            # from the API, else start it now.
             record.nominated = current
-            record.nominated_at = now if current else None
+            record.nominated_at = self._nominated_at(workload, current, now)
+            ours = nomination_time(workload, self.config.field_manager) is not None
+            if ours and record.first_nominated_at is None:
+                # Written by us before a restart: its admission still counts (time to admission).
+                record.first_nominated_at = record.nominated_at
         await self._check_stuck(key, workload, record, current, now)
         holder = self._holding_copy(verdict.check, namespace, name)
         if holder is not None:
@@ -396,7 +450,7 @@ class Nominator:
             decision = await self._decide(key, request, snapshots)
             self._observe_decision(workload, decision, started)
             if decision is None:
-                self.queue.add_after(key, self.config.resync_seconds)
+                self._retry_with_backoff(key, "no decision")
                 return "no decision"
             target = current if decision.withheld else tuple(decision.nominate)
             if not target and current and not any(snap.active for snap in snapshots):
@@ -412,7 +466,7 @@ class Nominator:
                     self.in_flight.forget(key)
         if decision.withheld:
             await self._withhold(key, workload, record, decision)
-            self.queue.add_after(key, self.config.resync_seconds)
+            self._retry_with_backoff(key, "decision withheld")
             return "withheld"
         record.decision, record.decided_at = decision, now
         message = summarize(decision)
@@ -438,6 +492,25 @@ class Nominator:
             key, follow_up if follow_up is not None else self.config.resync_seconds
         )
         return "nominated" if target != current else "unchanged"
+
+    def _retry_with_backoff(self, key: str, why: str) -> None:
+        """Decide ``key`` again after the work queue's exponential backoff of its failures
+        (bounded by the queue's maximum delay, and never later than ``resync_seconds``), not
+        at the resync: a hung or failing plugin is skipped or answers again soon. The next
+        decision that succeeds resets it."""
+        self._retrying.add(key)
+        delay = self.queue.add_rate_limited(key)
+        if delay > self.config.resync_seconds:
+            delay = self.config.resync_seconds
+            self.queue.add_after(key, delay)  # the earlier deadline wins
+        log.info(
+            "workload %s: %s; deciding again in %.2fs (attempt %d)",
+            key,
+            why,
+            delay,
+            self.queue.failures(key),
+            extra={"workload": key},
+        )
 
     def _holding_copy(self, check: str, namespace: str, name: str) -> str | None:
         """The connected candidate whose copy of this Workload already holds quota there, if
@@ -478,12 +551,17 @@ class Nominator:
     def _copies(
         self, check: str, namespace: str, name: str
     ) -> Iterator[tuple[Candidate, Mapping[str, Any]]]:
-        """The connected candidates that have a copy of this Workload, with the copy as their
-        mirror shows it. A same-named Workload without our origin label is not a copy (C23)."""
+        """The candidates whose mirror is usable (connected, or stale within the grace) and
+        have a copy of this Workload, with the copy as their mirror shows it. A same-named
+        Workload without our origin label is not a copy (C23)."""
         candidates, _ = self.registry.candidates(check)
         for candidate in candidates:
             worker = candidate.worker
-            if worker is None or worker.mirror is None or not worker.connected:
+            if (
+                worker is None
+                or worker.mirror is None
+                or not self.registry.mirror_usable(worker.name)
+            ):
                 continue
             copy = worker.mirror.cache("workloads").get(name, namespace)
             if copy is not None and is_copy(copy, self.config.origin):
@@ -625,6 +703,17 @@ class Nominator:
             )
         self._publish_in_flight()
 
+    def _nominated_at(
+        self, workload: Mapping[str, Any], current: tuple[str, ...], now: float
+    ) -> float | None:
+        """The clock of a nomination this process did not write: when our field manager last
+        changed it (:func:`nomination_time`, never later than ``now``), else ``now``; None
+        without a nomination."""
+        if not current:
+            return None
+        recovered = nomination_time(workload, self.config.field_manager)
+        return now if recovered is None else min(recovered, now)
+
     def _first_sync_pending(self, check: str, now: float) -> float | None:
         """Seconds of grace left while a candidate worker has not settled yet, else None."""
         if self._started is None:
@@ -691,7 +780,9 @@ class Nominator:
         current = tuple(
             str(n) for n in (workload.get("status") or {}).get("nominatedClusterNames") or ()
         )
-        record = self.records.get(key) or Record(nominated=current)
+        record = self.records.get(key) or Record(
+            nominated=current, nominated_at=self._nominated_at(workload, current, self._now())
+        )
         request, snapshots = self._inputs(workload, verdict.check, record, current, self._now())
         return verdict.reason, await self._decide(key, request, snapshots)
 

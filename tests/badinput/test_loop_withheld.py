@@ -30,7 +30,7 @@ async def test_a_withheld_decision_writes_nothing_and_keeps_the_nomination() -> 
         withholding = True
         env.nominator.queue.add("default/job")
         await env.wait(lambda: ("DecisionWithheld", f"decision withheld: {WHY}") in env.recorded)
-        settled = env.reconciles["default/job"] + 3  # withheld again on every resync
+        settled = env.reconciles["default/job"] + 3  # withheld again at every retry (backoff)
         await env.wait(lambda: env.reconciles["default/job"] >= settled)
         assert env.nominator.writes == writes
         assert env.nominated("job") == ("w1",)

@@ -696,6 +696,67 @@ def test_f38_changed_value_refreshes_time() -> None:
     assert obj["spec"] == {"a": 2}
 
 
+@pytest.mark.parametrize(
+    ("first", "second", "expected_time"),
+    [
+        pytest.param(
+            {"nominatedClusterNames": ["w1"]},
+            {"nominatedClusterNames": ["w2"]},
+            T2,
+            id="value-changed-time-refreshed",
+        ),
+        pytest.param(
+            {"nominatedClusterNames": ["w1"]},
+            {"nominatedClusterNames": ["w1"]},
+            T1,
+            id="same-value-time-kept",
+        ),
+        pytest.param(
+            {"nominatedClusterNames": ["w1"], "clusterName": "w1"},
+            {"nominatedClusterNames": ["w1"]},
+            T1,
+            id="ownership-released-only-time-kept",
+        ),
+    ],
+)
+def test_f33_status_apply_time_changes_only_with_the_object(
+    first: dict[str, Any], second: dict[str, Any], expected_time: str
+) -> None:
+    """F33, as kube-apiserver does it (k8s.io/apimachinery managedfields/internal
+    managedFieldsUpdater.Apply): the applier's ``time`` is stamped only when the apply changed
+    the object. Releasing a field another manager still owns (its value stays) changes only
+    ownership and keeps the time. The dispatcher reads this time back as the age of its
+    nomination after a restart."""
+    obj = do_apply(None, wl(spec={"a": 1}), "creator", now=T0)
+    obj = do_apply(obj, wl(status={"clusterName": "w1"}), "kueue", sub="status", now=T0)
+    obj = do_apply(obj, wl(status=first), "me", sub="status", force=True, now=T1)
+    obj = do_apply(obj, wl(status=second), "me", sub="status", force=True, now=T2)
+    assert entry(obj, "me", sub="status")["time"] == expected_time
+    assert obj["status"]["nominatedClusterNames"] == second["nominatedClusterNames"]
+
+
+def test_f33_apply_that_only_shares_ownership_records_no_time() -> None:
+    """F33, as kube-apiserver: a first apply of values the object already has changes no value,
+    so the new entry owns the fields but carries no ``time`` (the server stamps none), and the
+    other owner's time stays."""
+    obj = do_apply(None, wl(spec={"a": 1}), "one", now=T1)
+    obj = do_apply(obj, wl(spec={"a": 1}), "two", now=T2)
+    assert fields(obj, "two") == {"f:spec": {"f:a": {}}}
+    assert "time" not in entry(obj, "two")
+    assert entry(obj, "one")["time"] == T1
+
+
+def test_f34_update_that_only_removes_keeps_its_time() -> None:
+    """F34, as kube-apiserver (managedFieldsUpdater.Update stamps the time only when the write
+    took a field): an update that only removes fields keeps the writer's entry time."""
+    obj = do_update(None, wl(spec={"a": 1, "b": 1}), "editor", now=T1)
+    new = copy.deepcopy(obj)
+    del new["spec"]["b"]
+    obj = do_update(obj, new, "editor", now=T2)
+    assert fields(obj, "editor", "Update") == {"f:spec": {".": {}, "f:a": {}}}
+    assert entry(obj, "editor", "Update")["time"] == T1
+
+
 # ---------------------------------------------------------------------------------------------
 # Non-apply writes (F34)
 

@@ -341,7 +341,9 @@ async def test_hanging_fail_closed_plugin_withholds_until_it_answers(
     settings = {
         "decision_timeout_seconds": DECISION_TIMEOUT,
         "fail_closed_plugins": [PLUGIN],
-        "resync_seconds": 2.0,  # a withheld decision is tried again at the resync interval
+        # A withheld decision is tried again with the work queue's backoff, never later than
+        # the resync interval: released, the plugin is called again within 2 s.
+        "resync_seconds": 2.0,
     }
     async with environment(tmp_path, default_topology(), crds=crds_dir, settings=settings) as env:
         assert env.dispatcher is not None

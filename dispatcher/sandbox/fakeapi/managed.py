@@ -19,9 +19,11 @@ Ownership (F33, F34)
     write takes every path it added or changed, including objects and lists it created (``.`` in
     ``fieldsV1``), and those paths leave all other sets; removed paths leave every set. Entries
     with an empty set are dropped. Entries are ordered as Kubernetes orders them: operation,
-    time, manager, apiVersion, subresource. The entry's ``time`` changes only when the write
-    changed something; a write that changes nothing returns an object equal to the input,
-    managedFields included (F38, F5).
+    time, manager, apiVersion, subresource. The entry's ``time`` changes as kube-apiserver
+    changes it: on an apply, only when the apply changed the object (an apply that only changes
+    ownership keeps the time, and a new entry made that way has none); on another write, only
+    when the write added or changed a value. A write that changes nothing returns an object equal
+    to the input, managedFields included (F38, F5).
 
 Merge rules (F36)
     Objects merge field by field unless the schema says ``x-kubernetes-map-type: atomic``. Lists
@@ -767,7 +769,11 @@ def apply(
     if not object_changed and not sets_changed:
         return base
 
-    entries[key] = _Entry(manager, "Apply", api_version, now, subresource, new_set)
+    # kube-apiserver stamps the applier's time only when the apply changed the object
+    # (managedFieldsUpdater.Apply: the merged object differs from the live one); an apply that
+    # only changes ownership keeps the entry's time, and a new entry gets none.
+    stamp = now if object_changed else (previous.time if previous is not None else None)
+    entries[key] = _Entry(manager, "Apply", api_version, stamp, subresource, new_set)
     return _with_managed_fields(merged, entries.values())
 
 
@@ -807,7 +813,9 @@ def record_update(
         own = entries[key] = _Entry(manager, operation, api_version, now, subresource, set())
     own.fields = (own.fields | taken) - diff.removed
     touched = bool(taken) or own.fields != before.get(key, set())
-    if touched:
+    if taken:
+        # As kube-apiserver (managedFieldsUpdater.Update): the time and version change only
+        # when this write took fields (added or changed a value), not when it only removed some.
         own.time = now
         own.api_version = api_version
 
