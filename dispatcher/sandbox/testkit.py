@@ -9,6 +9,7 @@ script; sandbox-only (it drives fake API servers through their Python API).
 from __future__ import annotations
 
 import base64
+import datetime
 import os
 import socket
 import sys
@@ -43,6 +44,57 @@ FIELD_MANAGER = "multikueue-dispatcher"
 
 
 # --- workloads -------------------------------------------------------------------------------
+
+
+class VirtualClock:
+    """Virtual time for code that takes an injected clock (``monotonic``, ``utcnow``, ``sleep``):
+    it moves only when a test calls :meth:`advance`.
+
+    ``sleep`` waits until the virtual time reaches its end; ``sleepers`` (parked now) and
+    ``sleeps`` (calls so far) let a test know the code under test has parked again before it
+    advances the time (:meth:`wait_for_sleepers`).
+    """
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.start = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+        self.sleepers = 0
+        self.sleeps = 0
+        self._changed = anyio.Condition()
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def utcnow(self) -> datetime.datetime:
+        return self.start + datetime.timedelta(seconds=self.now - 1000.0)
+
+    async def sleep(self, seconds: float) -> None:
+        until = self.now + seconds
+        async with self._changed:
+            self.sleepers += 1
+            self.sleeps += 1
+            self._changed.notify_all()
+            try:
+                while self.now < until:
+                    await self._changed.wait()
+            finally:
+                self.sleepers -= 1
+                self._changed.notify_all()
+
+    async def advance(self, seconds: float) -> None:
+        async with self._changed:
+            self.now += seconds
+            self._changed.notify_all()
+
+    async def wait_for(self, predicate: Callable[[], bool], within: float = 30) -> None:
+        """Until ``predicate()`` holds after a change of the clock (real-time deadline)."""
+        with anyio.fail_after(within):
+            async with self._changed:
+                while not predicate():
+                    await self._changed.wait()
+
+    async def wait_for_sleepers(self, count: int = 1) -> None:
+        await self.wait_for(lambda: self.sleepers >= count)
 
 
 def job_name(workload: Obj) -> str:

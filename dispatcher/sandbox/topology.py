@@ -704,19 +704,7 @@ def topology_objects(
         objects.append(
             (
                 ADMISSION_CHECKS,
-                {
-                    "apiVersion": KUEUE_API,
-                    "kind": "AdmissionCheck",
-                    "metadata": {"name": mk.admission_check},
-                    "spec": {
-                        "controllerName": MULTIKUEUE_CONTROLLER,
-                        "parameters": {
-                            "apiGroup": "kueue.x-k8s.io",
-                            "kind": "MultiKueueConfig",
-                            "name": mk.config,
-                        },
-                    },
-                },
+                multikueue_admission_check(mk.admission_check, mk.config),
             )
         )
     objects += [(RESOURCE_FLAVORS, _flavor(f)) for f in manager.resource_flavors]
@@ -1074,3 +1062,23 @@ async def submit_workloads(
             )
         )
     return created
+
+
+def multikueue_admission_check(
+    name: str = "multikueue", config: str = "multikueue"
+) -> dict[str, Any]:
+    """An AdmissionCheck of Kueue's MultiKueue controller whose parameters name the
+    MultiKueueConfig ``config``."""
+    return {
+        "apiVersion": KUEUE_API,
+        "kind": "AdmissionCheck",
+        "metadata": {"name": name},
+        "spec": {
+            "controllerName": MULTIKUEUE_CONTROLLER,
+            "parameters": {
+                "apiGroup": "kueue.x-k8s.io",
+                "kind": "MultiKueueConfig",
+                "name": config,
+            },
+        },
+    }

@@ -34,6 +34,7 @@ from dispatcher.k8s.watching import BackoffPolicy, WatchSettings
 from dispatcher.sandbox.fakeapi import FakeCluster
 from dispatcher.sandbox.kueue_crds import KUEUE_SHORT_FORMS
 from dispatcher.sandbox.testkit import multikueue_cluster_status, samples_of
+from dispatcher.sandbox.topology import multikueue_admission_check
 from dispatcher.telemetry.metrics import Metrics
 
 Obj = dict[str, Any]
@@ -339,19 +340,7 @@ async def schema_less_dispatcher(
         await api.create(MULTIKUEUE_CONFIGS, multikueue_config("multikueue", list(workers)))
         await api.create(
             ADMISSION_CHECKS,
-            {
-                "apiVersion": KUEUE,
-                "kind": "AdmissionCheck",
-                "metadata": {"name": "multikueue"},
-                "spec": {
-                    "controllerName": "kueue.x-k8s.io/multikueue",
-                    "parameters": {
-                        "apiGroup": "kueue.x-k8s.io",
-                        "kind": "MultiKueueConfig",
-                        "name": "multikueue",
-                    },
-                },
-            },
+            multikueue_admission_check(),
         )
         env: SchemaLess
 

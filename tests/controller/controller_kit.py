@@ -6,7 +6,6 @@ virtual clock for the registry, and counters of what the loop did."""
 from __future__ import annotations
 
 import contextlib
-import datetime
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +30,8 @@ from dispatcher.k8s.resources import (
 from dispatcher.k8s.watching import BackoffPolicy, WatchSettings
 from dispatcher.sandbox.fakeapi import FakeCluster
 from dispatcher.sandbox.kueue_crds import KUEUE_SHORT_FORMS
-from dispatcher.sandbox.testkit import b64, multikueue_cluster_status
+from dispatcher.sandbox.testkit import VirtualClock, b64, multikueue_cluster_status
+from dispatcher.sandbox.topology import multikueue_admission_check
 
 Obj = dict[str, Any]
 Decide = Callable[[DispatchRequest, Sequence[ClusterSnapshot]], Decision]
@@ -44,47 +44,7 @@ CHECK = "multikueue"
 WATCH = WatchSettings(inactivity_timeout=None)
 
 
-class FakeClock:
-    """Virtual time for the registry (its watch backoff, its stale grace): it moves only when a
-    test calls :meth:`advance`. ``sleeps`` counts sleep calls, so a test knows a loop that woke
-    up has parked again."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-        self.start = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
-        self.sleepers = 0
-        self.sleeps = 0
-        self._changed = anyio.Condition()
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def utcnow(self) -> datetime.datetime:
-        return self.start + datetime.timedelta(seconds=self.now - 1000.0)
-
-    async def sleep(self, seconds: float) -> None:
-        until = self.now + seconds
-        async with self._changed:
-            self.sleepers += 1
-            self.sleeps += 1
-            self._changed.notify_all()
-            try:
-                while self.now < until:
-                    await self._changed.wait()
-            finally:
-                self.sleepers -= 1
-                self._changed.notify_all()
-
-    async def advance(self, seconds: float) -> None:
-        async with self._changed:
-            self.now += seconds
-            self._changed.notify_all()
-
-    async def wait_for(self, predicate: Callable[[], bool], within: float = 30) -> None:
-        with anyio.fail_after(within):
-            async with self._changed:
-                while not predicate():
-                    await self._changed.wait()
+FakeClock = VirtualClock
 
 
 def workload(name: str, namespace: str = "default") -> Obj:
@@ -352,19 +312,7 @@ async def world(
         )
         await api.create(
             ADMISSION_CHECKS,
-            {
-                "apiVersion": KUEUE,
-                "kind": "AdmissionCheck",
-                "metadata": {"name": CHECK},
-                "spec": {
-                    "controllerName": "kueue.x-k8s.io/multikueue",
-                    "parameters": {
-                        "apiGroup": "kueue.x-k8s.io",
-                        "kind": "MultiKueueConfig",
-                        "name": CHECK,
-                    },
-                },
-            },
+            multikueue_admission_check(CHECK, CHECK),
         )
         async with anyio.create_task_group() as group:
             found = World(

@@ -35,6 +35,7 @@ from dispatcher.k8s.watching import BackoffPolicy, WatchSettings
 from dispatcher.sandbox.fakeapi import FakeCluster
 from dispatcher.sandbox.kueue_crds import KUEUE_SHORT_FORMS
 from dispatcher.sandbox.testkit import Samples, samples_of
+from dispatcher.sandbox.topology import multikueue_admission_check
 from dispatcher.telemetry.metrics import Metrics
 from dispatcher.testing import make_host
 
@@ -166,19 +167,7 @@ async def loop(decide: Decide, *, run: bool = True) -> AsyncIterator[Loop]:
         )
         await api.create(
             ADMISSION_CHECKS,
-            {
-                "apiVersion": KUEUE,
-                "kind": "AdmissionCheck",
-                "metadata": {"name": "multikueue"},
-                "spec": {
-                    "controllerName": "kueue.x-k8s.io/multikueue",
-                    "parameters": {
-                        "apiGroup": "kueue.x-k8s.io",
-                        "kind": "MultiKueueConfig",
-                        "name": "multikueue",
-                    },
-                },
-            },
+            multikueue_admission_check(),
         )
         await api.create(WORKLOADS, WORKLOAD, namespace="team-a")
         await api.request(
