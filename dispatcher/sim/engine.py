@@ -743,6 +743,7 @@ class Simulation:
         wl.queued_at = self.now
         self.manager.add(_Entry(wl, MANAGER, cq, queued_at=wl.queued_at))
         self._kick(self.manager, self.lat.manager_admission_s, "manager-cycle")
+        self._wake_sampler()
 
     def _kick(self, kueue: _Kueue, delay: float, kind: str, *args: Any) -> None:
         when = self.now + delay
@@ -783,6 +784,8 @@ class Simulation:
         self.in_flight.forget(wl.key)
         self.manager.remove(wl.key)
         wl.gen += 1
+        wl.unplaceable_since = None  # back in the queue: it holds no quota, the clock stops
+        wl.release_token += 1
         wl.outcome.requeues += 1
         wl.state = "queued"
         wl.winner = None
@@ -793,6 +796,7 @@ class Simulation:
         if cq is not None:
             self.manager.add(_Entry(wl, MANAGER, cq, queued_at=requeue_at))
         self._kick(self.manager, self.lat.manager_admission_s, "manager-cycle")
+        self._wake_sampler()
 
     def _live(self, wl: _Workload, gen: int) -> bool:
         return wl.gen == gen and wl.state == "reserved"
@@ -1093,9 +1097,7 @@ class Simulation:
                 wl.state = "lost"
                 self._at(self.now + self.lat.worker_lost_timeout_s, "worker-lost", wl, wl.gen)
         self._reroute(cluster)
-        if self.reference is not None and not self._sampling:
-            self._sampling = True
-            self._at(self.now, "sample")
+        self._wake_sampler()
 
     def _up(self, cluster: str) -> None:
         self._progress()
@@ -1255,6 +1257,7 @@ class Simulation:
         if back:
             self._progress()
             self._kick(self.manager, self.lat.manager_admission_s, "manager-cycle")
+            self._wake_sampler()
 
     def finish_releases(self) -> None:
         """Record the releases still in force at the end of the run (never restored)."""
@@ -1289,19 +1292,30 @@ class Simulation:
         self._room_cache[key] = (kueue.version, snap)
         return snap
 
+    def _wake_sampler(self) -> None:
+        """Start the starvation samples if a worker is down and they are not running."""
+        if self.reference is None or self._sampling:
+            return
+        if all(k.up for k in self.workers.values()):
+            return
+        self._sampling = True
+        self._at(self.now, "sample")
+
     def _sample(self) -> None:
         """While a worker is down: add :data:`STARVE_SAMPLE_S` to ``starved_s`` of every waiting
-        workload that a reachable eligible worker has free quota for right now."""
-        if not any(not k.up for k in self.workers.values()):
+        workload that a reachable eligible worker has free quota for right now. The samples
+        stop when no worker is down or nothing waits (an arrival, a requeue, a restore or
+        another outage starts them again)."""
+        groups: dict[tuple[Any, ...], list[_Workload]] = {}
+        if any(not k.up for k in self.workers.values()):
+            for wl in self.workloads:
+                if wl.state not in ("queued", "reserved") or wl.winner is not None:
+                    continue
+                group = (wl.shape, wl.request.namespace, wl.request.queue_name)
+                groups.setdefault(group, []).append(wl)
+        if not groups:
             self._sampling = False
             return
-        groups: dict[tuple[Any, ...], list[_Workload]] = {}
-        for wl in self.workloads:
-            if wl.state not in ("queued", "reserved") or wl.winner is not None:
-                continue
-            groups.setdefault((wl.shape, wl.request.namespace, wl.request.queue_name), []).append(
-                wl
-            )
         for members in groups.values():
             first = members[0]
             reachable = [n for n in first.outcome.eligible or () if self.workers[n].up]
