@@ -210,7 +210,7 @@ def outage_metrics(result: SimResult, trace: Trace) -> dict[str, Any]:
     windows = _merged(faults, end)
     held_ones = [o for o in outcomes if held(o, faults, end)]
     held_keys = {o.key for o in held_ones}
-    placeable = [o for o in outcomes if o.key not in held_keys]
+    placeable = [o for o in outcomes if o.eligible and o.key not in held_keys]
     held_ttas = [o.tta for o in held_ones if o.tta is not None]
     firsts = [o.first_admitted for o in outcomes if o.first_admitted is not None]
     placeable_firsts = [o.first_admitted for o in placeable if o.first_admitted is not None]
