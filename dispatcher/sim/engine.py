@@ -37,9 +37,10 @@ algorithm named ``NAME@release``) it is deactivated after ``unplaceable_patience
 (manager quota released, queue position kept: it is queued again by its creation time) and
 restored, oldest first, when an eligible worker is back; each later release of the same workload
 waits twice as long as the one before (up to ``unplaceable_backoff_max_seconds``). While a
-worker is down, every waiting workload is sampled every :data:`STARVE_SAMPLE_S` seconds: one that
-has a reachable eligible worker (the :data:`REFERENCE_PIPELINE`'s filters, the same for every
-algorithm) with free quota for it right now is *starving* (its ``starved_s`` grows).
+worker is down, every waiting workload is sampled every :data:`STARVE_SAMPLE_S` seconds: one with
+eligible workers (the :data:`REFERENCE_PIPELINE`'s filters, the same for every algorithm) none of
+which is reachable is *held*; one with a reachable eligible worker that has free quota for it
+right now is *starving* (its ``starved_s`` grows).
 
 Everything is deterministic: events are ordered by (time, sequence number), no set of strings is
 iterated where order matters, and there is no wall clock inside the simulation.
@@ -276,8 +277,18 @@ class Outcome:
     reachable eligible worker had free quota for it."""
     starved_last: float | None = None
     """The last sample at which it was starving."""
+    held_at: float | None = None
+    """When the outage first held it: the first sample while it waited (or its release) at
+    which none of its eligible workers was reachable."""
+    last_admitted: float | None = None
+    """Its last admission on a worker (after a requeue, the one it ran under)."""
     releases: int = 0
     """Times the unplaceable-release policy deactivated it."""
+
+    @property
+    def held(self) -> bool:
+        """The outage held it (see ``held_at``)."""
+        return self.held_at is not None
 
     @property
     def tta(self) -> float | None:
@@ -1019,6 +1030,7 @@ class Simulation:
             if cluster != winner:
                 self._at(self.now + self.lat.copy_creation_s, "delete", wl, gen, cluster)
         outcome = wl.outcome
+        outcome.last_admitted = reserved_at
         if outcome.first_admitted is None:
             outcome.first_admitted = reserved_at
             outcome.cluster = winner
@@ -1229,6 +1241,8 @@ class Simulation:
         wl.unplaceable_since = None
         wl.release = release
         wl.outcome.releases += 1
+        if wl.outcome.held_at is None:
+            wl.outcome.held_at = self.now
         self._inactive.append(wl)
         self._kick(self.manager, self.lat.manager_admission_s, "manager-cycle")
 
@@ -1318,7 +1332,13 @@ class Simulation:
             return
         for members in groups.values():
             first = members[0]
-            reachable = [n for n in first.outcome.eligible or () if self.workers[n].up]
+            eligible = first.outcome.eligible or ()
+            reachable = [n for n in eligible if self.workers[n].up]
+            if eligible and not reachable:
+                for wl in members:
+                    if wl.outcome.held_at is None:
+                        wl.outcome.held_at = self.now
+                continue
             request = first.request
             room = False
             for name in reachable:

@@ -30,7 +30,6 @@ __all__ = [
     "SCHEMA_VERSION",
     "STARVED_AFTER_S",
     "algorithm_metrics",
-    "held",
     "outage_comparison",
     "outage_metrics",
     "percentile",
@@ -156,21 +155,6 @@ def _count_by_cluster(result: SimResult) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
-def _down_at(faults: Sequence[FaultEvent], worker: str, when: float) -> bool:
-    return any(f.cluster == worker and f.covers(when) for f in faults)
-
-
-def held(outcome: Outcome, faults: Sequence[FaultEvent], end: float) -> bool:
-    """Whether the outage held ``outcome``: at some moment between its arrival and its first
-    admission (or ``end``), every one of its eligible workers was down."""
-    eligible = outcome.eligible or ()
-    if not eligible:
-        return False
-    until = outcome.first_admitted if outcome.first_admitted is not None else end
-    moments = [outcome.arrival, *(f.start for f in faults if outcome.arrival < f.start < until)]
-    return any(all(_down_at(faults, n, t) for n in eligible) for t in moments)
-
-
 def _overlap(start: float, end: float, windows: Sequence[tuple[float, float]]) -> float:
     """Length of ``[start, end)`` inside the union of ``windows`` (sorted, merged)."""
     return sum(max(0.0, min(end, b) - max(start, a)) for a, b in windows)
@@ -208,10 +192,9 @@ def outage_metrics(result: SimResult, trace: Trace) -> dict[str, Any]:
     end = result.end_time
     start = min((o.arrival for o in outcomes), default=0.0)
     windows = _merged(faults, end)
-    held_ones = [o for o in outcomes if held(o, faults, end)]
-    held_keys = {o.key for o in held_ones}
-    placeable = [o for o in outcomes if o.eligible and o.key not in held_keys]
-    held_ttas = [o.tta for o in held_ones if o.tta is not None]
+    held_ones = [o for o in outcomes if o.held]
+    placeable = [o for o in outcomes if o.eligible and not o.held]
+    held_waits = [w for w in map(_wait, held_ones) if w is not None]
     firsts = [o.first_admitted for o in outcomes if o.first_admitted is not None]
     placeable_firsts = [o.first_admitted for o in placeable if o.first_admitted is not None]
     during = [t for t in firsts if any(a <= t < b for a, b in windows)]
@@ -225,8 +208,8 @@ def outage_metrics(result: SimResult, trace: Trace) -> dict[str, Any]:
     starved = [o for o in starving if _still_waiting(o, windows)]
     return {
         "held": len(held_ones),
-        "held_admitted": len(held_ttas),
-        "held_tta_mean_s": _r(sum(held_ttas) / len(held_ttas)) if held_ttas else 0.0,
+        "held_admitted": len(held_waits),
+        "held_wait_mean_s": _r(sum(held_waits) / len(held_waits)) if held_waits else 0.0,
         "placeable": len(placeable),
         "placeable_never_admitted": sum(1 for o in placeable if o.first_admitted is None),
         "starved": len(starved),
@@ -247,12 +230,21 @@ def outage_metrics(result: SimResult, trace: Trace) -> dict[str, Any]:
     }
 
 
+def _wait(outcome: Outcome) -> float | None:
+    """Arrival → the admission it ran under (its last one); ``None`` if it was never admitted
+    or, for a held workload, not admitted again after the outage held it."""
+    last = outcome.last_admitted
+    if last is None or (outcome.held_at is not None and last < outcome.held_at):
+        return None
+    return last - outcome.arrival
+
+
 def _times(result: SimResult) -> dict[str, float]:
-    return {o.key: o.tta for o in result.outcomes if o.tta is not None}
+    return {o.key: w for o in result.outcomes if (w := _wait(o)) is not None}
 
 
 def outage_comparison(
-    results: Sequence[SimResult], trace: Trace, metrics: Mapping[str, Mapping[str, Any]]
+    results: Sequence[SimResult], metrics: Mapping[str, Mapping[str, Any]]
 ) -> dict[str, dict[str, Any]]:
     """Each run against AllAtOnce's in the same document (empty without an ``all-at-once``
     run): the held workloads' extra delay (cost) and the work admitted elsewhere (benefit)."""
@@ -265,11 +257,10 @@ def outage_comparison(
     for result in results:
         mine = metrics[result.algorithm]["outage"]
         times = _times(result)
-        end = result.end_time
         deltas = [
             times[o.key] - base_times[o.key]
             for o in result.outcomes
-            if held(o, trace.faults, end) and o.key in times and o.key in base_times
+            if o.held and o.key in times and o.key in base_times
         ]
         out[result.algorithm] = {
             "held_extra_delay_mean_s": _r(sum(deltas) / len(deltas)) if deltas else 0.0,
@@ -314,7 +305,7 @@ def report_document(
             metrics["outage"] = outage_metrics(result, trace)
         algorithms[result.algorithm] = metrics
     if trace.faults:
-        for name, versus in outage_comparison(results, trace, algorithms).items():
+        for name, versus in outage_comparison(results, algorithms).items():
             algorithms[name]["outage"]["vs_all_at_once"] = versus
     return {
         "schema_version": SCHEMA_VERSION,
@@ -396,7 +387,7 @@ OUTAGE_COLUMNS = (
     ("last_admission", "LAST ADM s"),
     ("last_ratio", "×AAO"),
     ("held", "HELD"),
-    ("held_tta", "HELD TTA s"),
+    ("held_wait", "HELD WAIT s"),
     ("held_cost", "HELD +s"),
     ("during", "ADM DURING"),
     ("gpu_hours", "GPU·h DURING"),
@@ -427,7 +418,7 @@ def _outage_rows(document: Mapping[str, Any]) -> list[dict[str, str]]:
                 ),
                 "last_ratio": _ratio_text(versus.get("last_admission_ratio")),
                 "held": f"{o['held_admitted']}/{o['held']}",
-                "held_tta": f"{o['held_tta_mean_s']:.1f}" if o["held_admitted"] else "-",
+                "held_wait": f"{o['held_wait_mean_s']:.1f}" if o["held_admitted"] else "-",
                 "held_cost": (
                     f"{versus['held_extra_delay_mean_s']:+.1f}"
                     if versus and versus["held_compared"]

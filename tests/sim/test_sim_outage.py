@@ -301,6 +301,7 @@ def test_no_release_in_the_issue_mix_sees_a_reachable_eligible_worker() -> None:
     result, metrics = runs(RELEASE, mix)[RELEASE]
     assert metrics["outage"]["released_while_reachable"] == 0
     assert result.releases
+    assert {r.key for r in result.releases} <= {o.key for o in result.outcomes if o.held}
     for release in result.releases:
         assert release.eligible == ("worker-h100",)
         assert release.reachable == ()
@@ -333,7 +334,7 @@ OUTAGE_KEYS = {
     "gpu_hours_during_outage",
     "held",
     "held_admitted",
-    "held_tta_mean_s",
+    "held_wait_mean_s",
     "last_admission_s",
     "last_placeable_admission_s",
     "max_releases_per_workload",
