@@ -392,7 +392,7 @@ OUTAGE_COLUMNS = (
     ("during", "ADM DURING"),
     ("gpu_hours", "GPU·h DURING"),
     ("gpu_ratio", "×AAO"),
-    ("released", "REL/RESTORED"),
+    ("released", "REL/REST"),
 )
 """The outage table: one row per algorithm, AllAtOnce's run as the baseline (×AAO)."""
 
