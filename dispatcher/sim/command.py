@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from typing import Any, TextIO
 
@@ -65,7 +66,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "trace's default fault)",
     )
     parser.add_argument(
+        "--outage",
+        action="append",
+        metavar="WORKER:AT[:UNTIL]",
+        help="a worker unreachable from AT to UNTIL seconds, or to the end without UNTIL "
+        "(repeatable; like --fault, replaces the trace's faults)",
+    )
+    parser.add_argument(
         "--no-faults", action="store_true", help="drop every fault event of the trace"
+    )
+    parser.add_argument(
+        "--unplaceable-release",
+        action="store_true",
+        help="also run every pipeline with the dispatcher's unplaceable-release policy, as "
+        "NAME@release (an algorithm named NAME@release in --algorithms runs it too)",
+    )
+    parser.add_argument(
+        "--unplaceable-patience",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="unplaceable_patience_seconds: how long a workload is unplaceable before its "
+        "manager quota is released (default 60)",
+    )
+    parser.add_argument(
+        "--unplaceable-backoff-max",
+        type=float,
+        default=3600.0,
+        metavar="SECONDS",
+        help="unplaceable_backoff_max_seconds: the longest wait before a later release of a "
+        "restored workload (the wait doubles from the patience; default 3600)",
     )
     parser.add_argument(
         "--incremental-step-size",
@@ -124,14 +154,55 @@ def _algorithm_options(text: str | None) -> dict[str, Any]:
     return options
 
 
-def _faults(specs: list[str]) -> list[tuple[str, float, float]]:
+def _faults(specs: list[str], flag: str = "--fault") -> list[tuple[str, float, float]]:
+    """``--fault CLUSTER:START:END`` or ``--outage WORKER:AT[:UNTIL]`` values, validated."""
     out = []
+    outage = flag == "--outage"
+    form = "WORKER:AT[:UNTIL]" if outage else "CLUSTER:START:END"
+    labels = ("AT", "UNTIL") if outage else ("START", "END")
     for spec in specs:
         parts = spec.split(":")
-        if len(parts) != 3:
-            raise ValueError(f"--fault {spec!r}: expected CLUSTER:START:END")
-        out.append((parts[0], float(parts[1]), float(parts[2])))
+        if len(parts) not in ((2, 3) if outage else (3,)) or not parts[0]:
+            raise ValueError(f"{flag} {spec!r}: expected {form}")
+        times = []
+        for label, text in zip(labels, parts[1:], strict=False):
+            try:
+                value = float(text)
+            except ValueError:
+                raise ValueError(f"{flag} {spec!r}: {label}: not a number of seconds") from None
+            if not 0 <= value < math.inf:
+                raise ValueError(f"{flag} {spec!r}: {label}: must be a number of seconds >= 0")
+            times.append(value)
+        end = times[1] if len(times) > 1 else math.inf
+        if end <= times[0]:
+            raise ValueError(f"{flag} {spec!r}: the end must be after the start")
+        out.append((parts[0], times[0], end))
     return out
+
+
+def _check_fault_workers(faults: Any, workers: list[str]) -> None:
+    for fault in faults:
+        if fault.cluster not in workers:
+            where = fault.where or "--outage/--fault"
+            raise ValueError(
+                f"{where}: unknown worker {fault.cluster!r} (workers: {', '.join(workers)})"
+            )
+
+
+def _with_release(text: str) -> str:
+    """``--unplaceable-release``: each pipeline of ``--algorithms`` followed by its
+    ``@release`` variant (Kueue's built-ins have no such variant)."""
+    from dispatcher.sim.engine import KUEUE_ALL_AT_ONCE, KUEUE_INCREMENTAL, RELEASE_SUFFIX
+
+    items = [p.strip() for p in text.split(",") if p.strip()]
+    out = []
+    for item in items:
+        out.append(item)
+        variant = item + RELEASE_SUFFIX
+        builtin = item in (KUEUE_ALL_AT_ONCE, KUEUE_INCREMENTAL)
+        if not builtin and not item.endswith(RELEASE_SUFFIX) and variant not in items:
+            out.append(variant)
+    return ",".join(out)
 
 
 def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
@@ -140,12 +211,13 @@ def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
     from dispatcher.plugins import PluginError, PluginHost
     from dispatcher.sandbox.topology import TopologyError
-    from dispatcher.sim.engine import Latencies, parse_algorithms, simulate
+    from dispatcher.sim.engine import Latencies, ReleasePolicy, parse_algorithms, simulate
     from dispatcher.sim.report import report_document, write_json, write_plot
     from dispatcher.sim.trace import (
         FaultEvent,
         TraceError,
         TraceParams,
+        check_overlaps,
         dump_trace,
         generate_trace,
         load_trace,
@@ -155,9 +227,18 @@ def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
     stream = out or sys.stdout
     try:
         options = _algorithm_options(args.algorithm_options)
-        algorithms = parse_algorithms(args.algorithms, options)
+        names = _with_release(args.algorithms) if args.unplaceable_release else args.algorithms
+        algorithms = parse_algorithms(names, options)
+        policy = ReleasePolicy(
+            unplaceable_patience_seconds=args.unplaceable_patience,
+            unplaceable_backoff_max_seconds=args.unplaceable_backoff_max,
+        )
         topology = load_topology(args.topology) if args.topology else default_topology()
-        extra_faults = _faults(args.fault or [])
+        fault_specs = _faults(args.fault or [])
+        outage_specs = _faults(args.outage or [], "--outage")
+        extra_faults = fault_specs + outage_specs
+        wheres = [f"--fault {s}" for s in args.fault or []]
+        wheres += [f"--outage {s}" for s in args.outage or []]
         if args.trace:
             if args.seed is not None:
                 raise ValueError("--seed applies to generated traces only")
@@ -168,7 +249,7 @@ def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
                 params = dataclasses.replace(params, workloads=args.generate)
             if args.seed is not None:
                 params = dataclasses.replace(params, seed=args.seed)
-            if args.fault:
+            if extra_faults:
                 params = dataclasses.replace(params, faults=tuple(extra_faults))
             else:
                 names = {w.name for w in topology.workers}
@@ -176,12 +257,20 @@ def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
                     params, faults=tuple(f for f in params.faults if f[0] in names)
                 )
             trace = generate_trace(params)
-        if args.trace and args.fault:
+        if extra_faults:
             trace = dataclasses.replace(
-                trace, faults=tuple(FaultEvent(c, s, e) for c, s, e in extra_faults)
+                trace,
+                faults=tuple(
+                    FaultEvent(c, s, e, where=w, outage=w.startswith("--outage"))
+                    for (c, s, e), w in zip(extra_faults, wheres, strict=True)
+                ),
             )
+            overlaps = check_overlaps(trace.faults)
+            if overlaps:
+                raise ValueError(overlaps[0][1])
         if args.no_faults:
             trace = dataclasses.replace(trace, faults=())
+        _check_fault_workers(trace.faults, [w.name for w in topology.workers])
         latencies = Latencies(
             event_batch_s=args.event_batch,
             copy_creation_s=args.copy_creation,
@@ -193,7 +282,11 @@ def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
         if args.write_trace:
             with open(args.write_trace, "w", encoding="utf-8") as handle:
                 handle.write(dump_trace(trace))
-        results = simulate(topology, trace, algorithms, latencies=latencies, host=host)
+        if host is None and trace.faults:
+            host = PluginHost.load()
+        results = simulate(
+            topology, trace, algorithms, latencies=latencies, host=host, policy=policy
+        )
         document = report_document(
             trace, topology, results, latencies, deterministic=args.deterministic
         )
@@ -207,19 +300,26 @@ def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
     except (TraceError, TopologyError, ValueError, PluginError) as error:
         print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
-    _print_table(document, stream)
+    outage_table = any(f.outage for f in trace.faults) or any(a.release for a in algorithms)
+    _print_table(document, stream, outage=outage_table)
     for result in results:
         for message in result.decision_errors[:3]:
             print(f"{result.algorithm}: stage error: {message}", file=sys.stderr)
     return 0
 
 
-def _print_table(document: dict[str, Any], stream: TextIO) -> None:
-    from dispatcher.sim.report import render_table, rich_table
+def _print_table(document: dict[str, Any], stream: TextIO, *, outage: bool) -> None:
+    """The comparison table, and the outage table under it when ``outage`` (the trace has an
+    outage, or the unplaceable-release policy runs)."""
+    from dispatcher.sim.report import render_table, rich_outage_table, rich_table
 
     try:
         from rich.console import Console
     except ImportError:
-        print(render_table(document), file=stream)
+        print(render_table(document, outage=outage), file=stream)
         return
-    Console(file=stream, width=160).print(rich_table(document))
+    console = Console(file=stream, width=160)
+    console.print(rich_table(document))
+    table = rich_outage_table(document) if outage else None
+    if table is not None:
+        console.print(table)

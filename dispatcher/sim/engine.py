@@ -26,7 +26,21 @@ What happens to one workload (contract points in brackets):
 
 A **fault** takes a worker down: it is disconnected (MultiKueueCluster ``Active=False``), admits
 nothing, and what ran there is lost; the manager notices the lost winners after
-``worker_lost_timeout_s`` (C29) and requeues them. The worker comes back empty.
+``worker_lost_timeout_s`` (C29) and requeues them. The worker comes back empty. A workload that
+was never admitted keeps its manager quota for as long as the outage lasts (Kueue releases quota
+only for a workload admitted on a lost worker).
+
+**Unplaceable workloads** (issue 17): a workload that holds manager quota, is not admitted on any
+worker and has no reachable *eligible* worker (one the pipeline's filters keep, reachability
+ignored) is unplaceable. With the dispatcher's opt-in policy (:class:`ReleasePolicy`, an
+algorithm named ``NAME@release``) it is deactivated after ``unplaceable_patience_seconds``
+(manager quota released, queue position kept: it is queued again by its creation time) and
+restored, oldest first, when an eligible worker is back; each later release of the same workload
+waits twice as long as the one before (up to ``unplaceable_backoff_max_seconds``). While a
+worker is down, every waiting workload is sampled every :data:`STARVE_SAMPLE_S` seconds: one with
+eligible workers (the :data:`REFERENCE_PIPELINE`'s filters, the same for every algorithm) none of
+which is reachable is *held*; one with a reachable eligible worker that has free quota for it
+right now is *starving* (its ``starved_s`` grows).
 
 Everything is deterministic: events are ordered by (time, sequence number), no set of strings is
 iterated where order matters, and there is no wall clock inside the simulation.
@@ -54,6 +68,7 @@ from dispatcher.algorithms import (
     DispatchRequest,
     Pipeline,
     QueuedWorkload,
+    StageContext,
     queued_workload,
     request_from_workload,
     snapshot_from_objects,
@@ -75,9 +90,14 @@ from dispatcher.sim.world import ClusterModel, SimTopology
 __all__ = [
     "KUEUE_ALL_AT_ONCE",
     "KUEUE_INCREMENTAL",
+    "REFERENCE_PIPELINE",
+    "RELEASE_SUFFIX",
+    "STARVE_SAMPLE_S",
     "AlgorithmChoice",
     "Latencies",
     "Outcome",
+    "Release",
+    "ReleasePolicy",
     "RunInterval",
     "SimResult",
     "Simulation",
@@ -91,6 +111,42 @@ KUEUE_INCREMENTAL = "incremental"
 """Kueue's built-in Incremental dispatcher, modelled in the simulated manager."""
 
 Kind = Literal["all-at-once", "incremental", "pipeline"]
+
+RELEASE_SUFFIX = "@release"
+"""``NAME@release`` in ``--algorithms``: pipeline ``NAME`` with the unplaceable-release policy."""
+REFERENCE_PIPELINE = ("gpu-type-affinity", "capacity-first")
+"""Whose filters say which workers can run a workload, for the outage metrics of every run."""
+STARVE_SAMPLE_S = 5.0
+"""While a worker is down, waiting workloads are sampled for starvation this often (seconds)."""
+
+
+@dataclass(frozen=True)
+class ReleasePolicy:
+    """The dispatcher's opt-in policy for unplaceable workloads (issue 17), in the simulator.
+
+    The names are the dispatcher's settings: after ``unplaceable_patience_seconds`` of being
+    unplaceable a workload is deactivated (its manager quota released) and it is restored when
+    an eligible worker is reachable again; the n-th release of one workload waits
+    ``patience × 2**(n-1)`` seconds of unplaceability, at most ``unplaceable_backoff_max_seconds``.
+    """
+
+    unplaceable_patience_seconds: float = 60.0
+    unplaceable_backoff_max_seconds: float = 3600.0
+
+    def __post_init__(self) -> None:
+        if not self.unplaceable_patience_seconds > 0:
+            raise ValueError("unplaceable_patience_seconds: must be > 0 seconds")
+        if self.unplaceable_backoff_max_seconds < self.unplaceable_patience_seconds:
+            raise ValueError(
+                "unplaceable_backoff_max_seconds: must be >= unplaceable_patience_seconds"
+            )
+
+    def wait(self, releases: int) -> float:
+        """How long a workload released ``releases`` times before waits until the next release."""
+        return min(
+            self.unplaceable_patience_seconds * 2.0 ** min(releases, 60),
+            self.unplaceable_backoff_max_seconds,
+        )
 
 
 @dataclass(frozen=True)
@@ -129,6 +185,8 @@ class AlgorithmChoice:
     kind: Kind
     pipeline: tuple[str, ...] = ()
     options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    release: bool = False
+    """The unplaceable-release policy is on (pipelines only; the name ends in ``@release``)."""
 
 
 def parse_algorithms(
@@ -146,6 +204,21 @@ def parse_algorithms(
     opts = options or {}
     for item in (part.strip() for part in text.split(",")):
         if not item:
+            continue
+        release = item.endswith(RELEASE_SUFFIX)
+        base = item.removesuffix(RELEASE_SUFFIX)
+        if release and base in (KUEUE_ALL_AT_ONCE, KUEUE_INCREMENTAL):
+            raise ValueError(
+                f"--algorithms: {item}: the unplaceable-release policy is the dispatcher's; "
+                f"Kueue's built-in {base} has none (plugin:{base}{RELEASE_SUFFIX} runs the "
+                "dispatcher's re-creation with it)"
+            )
+        if release:
+            forced = base.startswith("plugin:")
+            names = tuple(n.strip() for n in base.removeprefix("plugin:").split("+") if n.strip())
+            used = {n: dict(opts[n]) for n in names if n in opts}
+            label = ("plugin:" if forced else "") + "+".join(names) + RELEASE_SUFFIX
+            out.append(AlgorithmChoice(label, "pipeline", names, used, release=True))
             continue
         if item in (KUEUE_ALL_AT_ONCE, KUEUE_INCREMENTAL):
             out.append(AlgorithmChoice(item, item))  # type: ignore[arg-type]
@@ -197,11 +270,44 @@ class Outcome:
     preference_miss: bool = False
     """Admitted on a GPU type outside its preferred list."""
     requeues: int = 0
+    eligible: tuple[str, ...] | None = None
+    """Workers the :data:`REFERENCE_PIPELINE`'s filters keep for it (computed with outages)."""
+    starved_s: float = 0.0
+    """Seconds (in :data:`STARVE_SAMPLE_S` steps) it waited while a worker was down and a
+    reachable eligible worker had free quota for it."""
+    starved_last: float | None = None
+    """The last sample at which it was starving."""
+    held_at: float | None = None
+    """When the outage first held it: the first sample while it waited (or its release) at
+    which none of its eligible workers was reachable."""
+    last_admitted: float | None = None
+    """Its last admission on a worker (after a requeue, the one it ran under)."""
+    releases: int = 0
+    """Times the unplaceable-release policy deactivated it."""
+
+    @property
+    def held(self) -> bool:
+        """The outage held it (see ``held_at``)."""
+        return self.held_at is not None
 
     @property
     def tta(self) -> float | None:
         """Time to admission: arrival on the manager → first admission on a worker."""
         return None if self.first_admitted is None else self.first_admitted - self.arrival
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """One deactivation by the unplaceable-release policy, with what the policy saw."""
+
+    key: str
+    at: float
+    unplaceable_since: float
+    eligible: tuple[str, ...]
+    """The workload's eligible workers (the pipeline's filters, reachability ignored)."""
+    reachable: tuple[str, ...]
+    """Of those, the ones up at the release (always empty: the policy's invariant)."""
+    restored_at: float | None = None
 
 
 @dataclass
@@ -232,6 +338,9 @@ class SimResult:
     """Events processed (a measure of the simulation's work)."""
     wall_s: float = 0.0
     decision_errors: list[str] = field(default_factory=list)
+    releases: list[Release] = field(default_factory=list)
+    """Deactivations by the unplaceable-release policy, in time order (``restored_at`` set
+    when the workload was restored)."""
 
 
 # --- state -------------------------------------------------------------------------------------
@@ -285,6 +394,11 @@ class _Workload:
     copies: dict[str, _Entry] = field(default_factory=dict)
     winner: str | None = None
     run_start: float | None = None
+    unplaceable_since: float | None = None
+    """When it last became unplaceable (``None``: it is not, or the policy is off)."""
+    release_token: int = 0
+    release: Release | None = None
+    """Its current deactivation (state ``inactive``)."""
 
 
 class _Kueue:
@@ -479,18 +593,32 @@ class Simulation:
         *,
         latencies: Latencies | None = None,
         host: PluginHost | None = None,
+        policy: ReleasePolicy | None = None,
     ) -> None:
-        """Prepare a run; ``host`` (plugins) is needed for pipelines."""
+        """Prepare a run; ``host`` (plugins) is needed for pipelines and for traces with faults
+        (the outage metrics use :data:`REFERENCE_PIPELINE`); ``policy`` parametrises the
+        unplaceable-release policy of an ``@release`` algorithm."""
         self.topology = topology
         self.trace = trace
         self.algorithm = algorithm
         self.lat = latencies or Latencies()
         self.host = host
+        self.policy = policy or ReleasePolicy()
         self.pipeline: Pipeline | None = None
         if algorithm.kind == "pipeline":
             if host is None:
                 raise ValueError("a plugin host is needed to run a pipeline")
             self.pipeline = host.pipeline(algorithm.pipeline, algorithm.options)
+        self.reference: Pipeline | None = None
+        if trace.faults:
+            if host is None:
+                raise ValueError("a plugin host is needed for the outage metrics")
+            self.reference = host.pipeline(REFERENCE_PIPELINE)
+        self._eligible_cache: dict[tuple[Any, ...], tuple[str, ...]] = {}
+        self._empty_cache: dict[tuple[str, str, str], ClusterSnapshot] = {}
+        self._room_cache: dict[tuple[str, str, str], tuple[Any, ClusterSnapshot]] = {}
+        self._sampling = False
+        self._inactive: list[_Workload] = []
         self.now = 0.0
         self._heap: list[tuple[float, int, str, tuple[Any, ...]]] = []
         self._seq = itertools.count()
@@ -549,7 +677,7 @@ class Simulation:
 
     # --- event loop ----------------------------------------------------------------------------
 
-    _TIMERS = frozenset({"reconcile", "round"})
+    _TIMERS = frozenset({"reconcile", "round", "sample"})
 
     def _at(self, when: float, kind: str, *args: Any) -> None:
         if kind not in self._TIMERS:
@@ -563,9 +691,17 @@ class Simulation:
             self._at(wl.item.arrival, "arrive", wl)
         for fault in self.trace.faults:
             if fault.cluster not in self.workers:
-                raise ValueError(f"fault names unknown worker {fault.cluster!r}")
+                where = f"{fault.where}: " if fault.where else ""
+                raise ValueError(
+                    f"{where}fault names unknown worker {fault.cluster!r} (workers: "
+                    f"{', '.join(self.config_order)})"
+                )
             self._at(fault.start, "down", fault.cluster)
-            self._at(fault.end, "up", fault.cluster)
+            if not fault.permanent:
+                self._at(fault.end, "up", fault.cluster)
+        if self.reference is not None:
+            for wl in self.workloads:
+                wl.outcome.eligible = self._eligible(self.reference, wl)
         handlers: dict[str, Callable[..., None]] = {
             "arrive": self._arrive,
             "manager-cycle": self._manager_cycle,
@@ -583,6 +719,8 @@ class Simulation:
             "down": self._down,
             "up": self._up,
             "worker-lost": self._worker_lost,
+            "release": self._release,
+            "sample": self._sample,
         }
         while self._heap:
             when, _, kind, args = heapq.heappop(self._heap)
@@ -591,9 +729,11 @@ class Simulation:
             elif self._work == 0 and when > self._last_progress + self.lat.idle_horizon_s:
                 break
             self.now = when
-            self.result.events += 1
+            if kind != "sample":
+                self.result.events += 1
             handlers[kind](*args)
         self.result.end_time = self.now
+        self.finish_releases()
         self.result.preemptions_by_losers = sum(
             1 for wl, cluster in self._preemptions if wl.outcome.cluster != cluster
         )
@@ -614,6 +754,7 @@ class Simulation:
         wl.queued_at = self.now
         self.manager.add(_Entry(wl, MANAGER, cq, queued_at=wl.queued_at))
         self._kick(self.manager, self.lat.manager_admission_s, "manager-cycle")
+        self._wake_sampler()
 
     def _kick(self, kueue: _Kueue, delay: float, kind: str, *args: Any) -> None:
         when = self.now + delay
@@ -654,6 +795,8 @@ class Simulation:
         self.in_flight.forget(wl.key)
         self.manager.remove(wl.key)
         wl.gen += 1
+        wl.unplaceable_since = None  # back in the queue: it holds no quota, the clock stops
+        wl.release_token += 1
         wl.outcome.requeues += 1
         wl.state = "queued"
         wl.winner = None
@@ -664,6 +807,7 @@ class Simulation:
         if cq is not None:
             self.manager.add(_Entry(wl, MANAGER, cq, queued_at=requeue_at))
         self._kick(self.manager, self.lat.manager_admission_s, "manager-cycle")
+        self._wake_sampler()
 
     def _live(self, wl: _Workload, gen: int) -> bool:
         return wl.gen == gen and wl.state == "reserved"
@@ -679,6 +823,7 @@ class Simulation:
         elif kind == "incremental":
             self._round(wl, gen)
         else:
+            self._check_unplaceable(wl)
             self._reconcile(wl, gen, wl.token)
 
     def _connected(self) -> tuple[str, ...]:
@@ -885,6 +1030,7 @@ class Simulation:
             if cluster != winner:
                 self._at(self.now + self.lat.copy_creation_s, "delete", wl, gen, cluster)
         outcome = wl.outcome
+        outcome.last_admitted = reserved_at
         if outcome.first_admitted is None:
             outcome.first_admitted = reserved_at
             outcome.cluster = winner
@@ -963,10 +1109,12 @@ class Simulation:
                 wl.state = "lost"
                 self._at(self.now + self.lat.worker_lost_timeout_s, "worker-lost", wl, wl.gen)
         self._reroute(cluster)
+        self._wake_sampler()
 
     def _up(self, cluster: str) -> None:
         self._progress()
         self.workers[cluster].up = True
+        self._restore()
         self._reroute(cluster)
 
     def _reroute(self, cluster: str) -> None:
@@ -980,14 +1128,229 @@ class Simulation:
             elif kind == "incremental":
                 if cluster in wl.nominated:
                     self._at(self.now, "sync", wl, wl.gen)
-            elif cluster in wl.nominated or not wl.nominated:
-                when = self.now + self.lat.dispatcher_reaction_s
-                self._at(when, "reconcile", wl, wl.gen, wl.token)
+            else:
+                self._check_unplaceable(wl)
+                if cluster in wl.nominated or not wl.nominated:
+                    when = self.now + self.lat.dispatcher_reaction_s
+                    self._at(when, "reconcile", wl, wl.gen, wl.token)
 
     def _worker_lost(self, wl: _Workload, gen: int) -> None:
         if wl.gen != gen or wl.state != "lost":
             return
         self._evict_on_manager(wl, requeue_at=self.now)
+
+    # --- eligibility, the unplaceable-release policy, starvation --------------------------------
+
+    def _empty_snapshot(self, worker: str, namespace: str, queue: str) -> ClusterSnapshot:
+        """The worker as an empty, active cluster: what filters see when reachability and load
+        are ignored."""
+        key = (worker, namespace, queue)
+        snap = self._empty_cache.get(key)
+        if snap is None:
+            model = self.workers[worker].model
+            snap = snapshot_from_objects(
+                worker,
+                namespace=namespace,
+                queue_name=queue,
+                local_queues=model.local_queues,
+                cluster_queues=model.queues.values(),
+                flavors=model.flavors.values(),
+                active=True,
+                order=model.order,
+                labels=model.labels,
+            )
+            self._empty_cache[key] = snap
+        return snap
+
+    def _eligible(self, pipeline: Pipeline, wl: _Workload) -> tuple[str, ...]:
+        """The workers ``pipeline``'s filters keep for ``wl``, reachability ignored (config
+        order). Computed once per workload shape on the workers' empty snapshots: the built-in
+        filters (LocalQueue, can-ever-fit, GPU type) depend only on the setup."""
+        request = wl.request
+        key = (
+            id(pipeline),
+            wl.shape,
+            wl.priority,
+            request.namespace,
+            request.queue_name,
+            request.preferred_gpu_types,
+        )
+        cached = self._eligible_cache.get(key)
+        if cached is None:
+            snaps = [
+                self._empty_snapshot(n, request.namespace, request.queue_name)
+                for n in self.config_order
+            ]
+            decision = pipeline.decide(request, snaps)
+            kept = {v.cluster for v in decision.verdicts if v.kept}
+            cached = tuple(n for n in self.config_order if n in kept)
+            self._eligible_cache[key] = cached
+        return cached
+
+    def _unplaceable(self, wl: _Workload) -> bool:
+        """Holds manager quota, admitted nowhere, and no eligible worker is reachable (a
+        workload no worker could ever run is not unplaceable: no outage explains it)."""
+        if wl.state != "reserved" or wl.winner is not None or self.pipeline is None:
+            return False
+        if any(e.reserved_at is not None for e in wl.copies.values()):
+            return False
+        eligible = self._eligible(self.pipeline, wl)
+        return bool(eligible) and not any(self.workers[n].up for n in eligible)
+
+    def _check_unplaceable(self, wl: _Workload) -> None:
+        """Start (or stop) the policy's clock for ``wl``."""
+        if not self.algorithm.release:
+            return
+        if not self._unplaceable(wl):
+            if wl.unplaceable_since is not None:
+                wl.unplaceable_since = None
+                wl.release_token += 1
+            return
+        if wl.unplaceable_since is None:
+            wl.unplaceable_since = self.now
+            wl.release_token += 1
+            wait = self.policy.wait(wl.outcome.releases)
+            self._at(self.now + wait, "release", wl, wl.gen, wl.release_token)
+
+    def _release(self, wl: _Workload, gen: int, token: int) -> None:
+        """Deactivate an unplaceable workload: its manager quota is released; it keeps its
+        queue position (creation time) for when it is restored."""
+        if wl.gen != gen or token != wl.release_token or wl.unplaceable_since is None:
+            return
+        if not self._unplaceable(wl):
+            wl.unplaceable_since = None
+            return
+        assert self.pipeline is not None
+        self._progress()
+        eligible = self._eligible(self.pipeline, wl)
+        release = Release(
+            key=wl.key,
+            at=self.now,
+            unplaceable_since=wl.unplaceable_since,
+            eligible=eligible,
+            reachable=tuple(n for n in eligible if self.workers[n].up),
+        )
+        for cluster in list(wl.copies):
+            self._drop_copy(wl, cluster)
+        self.in_flight.forget(wl.key)
+        self.manager.remove(wl.key)
+        wl.gen += 1
+        wl.state = "inactive"
+        wl.nominated, wl.nominated_at, wl.visible = (), None, ()
+        wl.reserved_at = None
+        wl.unplaceable_since = None
+        wl.release = release
+        wl.outcome.releases += 1
+        if wl.outcome.held_at is None:
+            wl.outcome.held_at = self.now
+        self._inactive.append(wl)
+        self._kick(self.manager, self.lat.manager_admission_s, "manager-cycle")
+
+    def _restore(self) -> None:
+        """Reactivate, oldest first, the released workloads that have an eligible worker up."""
+        if not self._inactive:
+            return
+        assert self.pipeline is not None
+        back = [
+            wl
+            for wl in self._inactive
+            if any(self.workers[n].up for n in self._eligible(self.pipeline, wl))
+        ]
+        back.sort(key=lambda w: (w.item.arrival, w.key))
+        cq = None
+        for wl in back:
+            self._inactive.remove(wl)
+            assert wl.release is not None
+            self.result.releases.append(dataclasses.replace(wl.release, restored_at=self.now))
+            wl.release = None
+            wl.state = "queued"
+            wl.queued_at = wl.item.arrival
+            cq = self.topology.manager.cluster_queue_of(wl.request.namespace, wl.request.queue_name)
+            if cq is not None:
+                self.manager.add(_Entry(wl, MANAGER, cq, queued_at=wl.item.arrival))
+        if back:
+            self._progress()
+            self._kick(self.manager, self.lat.manager_admission_s, "manager-cycle")
+            self._wake_sampler()
+
+    def finish_releases(self) -> None:
+        """Record the releases still in force at the end of the run (never restored)."""
+        for wl in self._inactive:
+            if wl.release is not None:
+                self.result.releases.append(wl.release)
+        self.result.releases.sort(key=lambda r: (r.at, r.key))
+
+    def _room_snapshot(self, worker: str, namespace: str, queue: str) -> ClusterSnapshot:
+        """The worker's quota as it is now, without in-flight bookkeeping."""
+        kueue = self.workers[worker]
+        key = (worker, namespace, queue)
+        cached = self._room_cache.get(key)
+        if cached is not None and cached[0] == kueue.version:
+            return cached[1]
+        model = kueue.model
+        queues = [
+            dataclasses.replace(cq, reserved=frozen_map(kueue.usage[name]))
+            for name, cq in model.queues.items()
+        ]
+        snap = snapshot_from_objects(
+            worker,
+            namespace=namespace,
+            queue_name=queue,
+            local_queues=model.local_queues,
+            cluster_queues=queues,
+            flavors=model.flavors.values(),
+            active=True,
+            order=model.order,
+            labels=model.labels,
+        )
+        self._room_cache[key] = (kueue.version, snap)
+        return snap
+
+    def _wake_sampler(self) -> None:
+        """Start the starvation samples if a worker is down and they are not running."""
+        if self.reference is None or self._sampling:
+            return
+        if all(k.up for k in self.workers.values()):
+            return
+        self._sampling = True
+        self._at(self.now, "sample")
+
+    def _sample(self) -> None:
+        """While a worker is down: add :data:`STARVE_SAMPLE_S` to ``starved_s`` of every waiting
+        workload that a reachable eligible worker has free quota for right now. The samples
+        stop when no worker is down or nothing waits (an arrival, a requeue, a restore or
+        another outage starts them again)."""
+        groups: dict[tuple[Any, ...], list[_Workload]] = {}
+        if any(not k.up for k in self.workers.values()):
+            for wl in self.workloads:
+                if wl.state not in ("queued", "reserved") or wl.winner is not None:
+                    continue
+                group = (wl.shape, wl.request.namespace, wl.request.queue_name)
+                groups.setdefault(group, []).append(wl)
+        if not groups:
+            self._sampling = False
+            return
+        for members in groups.values():
+            first = members[0]
+            eligible = first.outcome.eligible or ()
+            reachable = [n for n in eligible if self.workers[n].up]
+            if eligible and not reachable:
+                for wl in members:
+                    if wl.outcome.held_at is None:
+                        wl.outcome.held_at = self.now
+                continue
+            request = first.request
+            room = False
+            for name in reachable:
+                snap = self._room_snapshot(name, request.namespace, request.queue_name)
+                if StageContext(request, [snap]).fit(snap).fits_now:
+                    room = True
+                    break
+            if room:
+                for wl in members:
+                    wl.outcome.starved_s += STARVE_SAMPLE_S
+                    wl.outcome.starved_last = self.now
+        self._at(self.now + STARVE_SAMPLE_S, "sample")
 
 
 def simulate(
@@ -997,11 +1360,12 @@ def simulate(
     *,
     latencies: Latencies | None = None,
     host: PluginHost | None = None,
+    policy: ReleasePolicy | None = None,
 ) -> list[SimResult]:
     """Run every algorithm over the same trace and topology, one after the other."""
-    if host is None and any(a.kind == "pipeline" for a in algorithms):
+    if host is None and (trace.faults or any(a.kind == "pipeline" for a in algorithms)):
         host = PluginHost.load()
     return [
-        Simulation(topology, trace, algorithm, latencies=latencies, host=host).run()
+        Simulation(topology, trace, algorithm, latencies=latencies, host=host, policy=policy).run()
         for algorithm in algorithms
     ]

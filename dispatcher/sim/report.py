@@ -21,17 +21,22 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dispatcher.sim.engine import Latencies, SimResult
-from dispatcher.sim.trace import Trace
+from dispatcher.sim.engine import KUEUE_ALL_AT_ONCE, Latencies, Outcome, SimResult
+from dispatcher.sim.trace import FaultEvent, Trace
 from dispatcher.sim.world import GPU_RESOURCE, SimTopology
 
 __all__ = [
+    "OUTAGE_COLUMNS",
     "SCHEMA_VERSION",
+    "STARVED_AFTER_S",
     "algorithm_metrics",
+    "outage_comparison",
+    "outage_metrics",
     "percentile",
     "plot_figure",
     "render_table",
     "report_document",
+    "rich_outage_table",
     "rich_table",
     "utilization_series",
     "write_json",
@@ -39,6 +44,8 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 1
+STARVED_AFTER_S = 30.0
+"""A workload is *starved* once its ``starved_s`` reaches this many seconds."""
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -88,7 +95,8 @@ def algorithm_metrics(result: SimResult, topology: SimTopology) -> dict[str, Any
         for resource in ("cpu", GPU_RESOURCE):
             cap = worker.capacity(resource)
             if cap > 0:
-                row[resource] = _r(busy.get((worker.name, resource), 0.0) / (cap * span), 4)
+                used = busy.get((worker.name, resource), 0.0)
+                row[resource] = _r(used / (cap * span), 4) if span > 0 else 0.0
         per_cluster[worker.name] = row if span > 0 else dict.fromkeys(row, 0.0)
         for gpu_type, cap in worker.gpu_capacity_by_type().items():
             capacity_by_type[gpu_type] = capacity_by_type.get(gpu_type, 0) + cap
@@ -147,6 +155,137 @@ def _count_by_cluster(result: SimResult) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
+def _overlap(start: float, end: float, windows: Sequence[tuple[float, float]]) -> float:
+    """Length of ``[start, end)`` inside the union of ``windows`` (sorted, merged)."""
+    return sum(max(0.0, min(end, b) - max(start, a)) for a, b in windows)
+
+
+def _merged(faults: Sequence[FaultEvent], end: float) -> list[tuple[float, float]]:
+    """The times at least one worker is down, as sorted disjoint windows (cut at ``end``)."""
+    out: list[tuple[float, float]] = []
+    for a, b in sorted((f.start, min(f.end, end)) for f in faults):
+        if b <= a:
+            continue
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def _still_waiting(outcome: Outcome, windows: Sequence[tuple[float, float]]) -> bool:
+    """Not admitted by the end of the outage window of its last starving sample."""
+    last = outcome.starved_last
+    if last is None:
+        return False
+    if outcome.first_admitted is None:
+        return True
+    ends = [b for a, b in windows if a <= last <= b]
+    return outcome.first_admitted >= (ends[0] if ends else last)
+
+
+def outage_metrics(result: SimResult, trace: Trace) -> dict[str, Any]:
+    """The outage block of one run (``docs/simulator.md``, "Outages"): who the outage held,
+    who starved, what was admitted elsewhere while a worker was down, the policy's releases."""
+    faults = trace.faults
+    outcomes = result.outcomes
+    end = result.end_time
+    start = min((o.arrival for o in outcomes), default=0.0)
+    windows = _merged(faults, end)
+    held_ones = [o for o in outcomes if o.held]
+    placeable = [o for o in outcomes if o.eligible and not o.held]
+    held_waits = [w for w in map(_wait, held_ones) if w is not None]
+    firsts = [o.first_admitted for o in outcomes if o.first_admitted is not None]
+    placeable_firsts = [o.first_admitted for o in placeable if o.first_admitted is not None]
+    during = [t for t in firsts if any(a <= t < b for a, b in windows)]
+    gpu_seconds = 0.0
+    for interval in result.intervals:
+        gpus = interval.usage.get(GPU_RESOURCE, 0) / 1000
+        if gpus:
+            gpu_seconds += gpus * _overlap(interval.start, interval.end, windows)
+    restored = [r for r in result.releases if r.restored_at is not None]
+    starving = [o for o in outcomes if o.starved_s >= STARVED_AFTER_S]
+    starved = [o for o in starving if _still_waiting(o, windows)]
+    return {
+        "held": len(held_ones),
+        "held_admitted": len(held_waits),
+        "held_wait_mean_s": _r(sum(held_waits) / len(held_waits)) if held_waits else 0.0,
+        "placeable": len(placeable),
+        "placeable_never_admitted": sum(1 for o in placeable if o.first_admitted is None),
+        "starved": len(starved),
+        "starved_never_admitted": sum(1 for o in starved if o.first_admitted is None),
+        "starving": len(starving),
+        "starved_s": _r(sum(o.starved_s for o in outcomes), 1),
+        "admitted_during_outage": len(during),
+        "gpu_hours_during_outage": _r(gpu_seconds / 3600.0, 3),
+        "last_admission_s": _r(max(firsts) - start) if firsts else None,
+        "last_placeable_admission_s": (
+            _r(max(placeable_firsts) - start) if placeable_firsts else None
+        ),
+        "released": len(result.releases),
+        "restored": len(restored),
+        "released_workloads": len({r.key for r in result.releases}),
+        "max_releases_per_workload": max((o.releases for o in outcomes), default=0),
+        "released_while_reachable": sum(1 for r in result.releases if r.reachable),
+    }
+
+
+def _wait(outcome: Outcome) -> float | None:
+    """Arrival → the admission it ran under (its last one); ``None`` if it was never admitted
+    or, for a held workload, not admitted again after the outage held it."""
+    last = outcome.last_admitted
+    if last is None or (outcome.held_at is not None and last < outcome.held_at):
+        return None
+    return last - outcome.arrival
+
+
+def _times(result: SimResult) -> dict[str, float]:
+    return {o.key: w for o in result.outcomes if (w := _wait(o)) is not None}
+
+
+def outage_comparison(
+    results: Sequence[SimResult], metrics: Mapping[str, Mapping[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """Each run against AllAtOnce's in the same document (empty without an ``all-at-once``
+    run): the held workloads' extra delay (cost) and the work admitted elsewhere (benefit)."""
+    base = next((r for r in results if r.algorithm == KUEUE_ALL_AT_ONCE), None)
+    if base is None:
+        return {}
+    base_times = _times(base)
+    ref = metrics[base.algorithm]["outage"]
+    out = {}
+    for result in results:
+        mine = metrics[result.algorithm]["outage"]
+        times = _times(result)
+        deltas = [
+            times[o.key] - base_times[o.key]
+            for o in result.outcomes
+            if o.held and o.key in times and o.key in base_times
+        ]
+        out[result.algorithm] = {
+            "held_extra_delay_mean_s": _r(sum(deltas) / len(deltas)) if deltas else 0.0,
+            "held_compared": len(deltas),
+            "starved_minus": mine["starved"] - ref["starved"],
+            "admitted_during_outage_ratio": _fraction(
+                mine["admitted_during_outage"], ref["admitted_during_outage"]
+            ),
+            "gpu_hours_during_outage_ratio": _fraction(
+                mine["gpu_hours_during_outage"], ref["gpu_hours_during_outage"]
+            ),
+            "last_admission_ratio": _fraction(mine["last_admission_s"], ref["last_admission_s"]),
+            "last_placeable_admission_ratio": _fraction(
+                mine["last_placeable_admission_s"], ref["last_placeable_admission_s"]
+            ),
+        }
+    return out
+
+
+def _fraction(numerator: float | None, denominator: float | None) -> float | None:
+    if numerator is None or not denominator:
+        return None
+    return _r(numerator / denominator, 3)
+
+
 def report_document(
     trace: Trace,
     topology: SimTopology,
@@ -162,7 +301,12 @@ def report_document(
         metrics = algorithm_metrics(result, topology)
         if deterministic:
             metrics.pop("wall_s")
+        if trace.faults:
+            metrics["outage"] = outage_metrics(result, trace)
         algorithms[result.algorithm] = metrics
+    if trace.faults:
+        for name, versus in outage_comparison(results, algorithms).items():
+            algorithms[name]["outage"]["vs_all_at_once"] = versus
     return {
         "schema_version": SCHEMA_VERSION,
         "trace": {
@@ -171,7 +315,8 @@ def report_document(
             "first_arrival_s": _r(min(arrivals, default=0.0)),
             "last_arrival_s": _r(max(arrivals, default=0.0)),
             "faults": [
-                {"cluster": f.cluster, "start_s": f.start, "end_s": f.end} for f in trace.faults
+                {"cluster": f.cluster, "start_s": f.start, "end_s": None if f.permanent else f.end}
+                for f in trace.faults
             ],
             "params": dict(trace.params),
         },
@@ -235,14 +380,106 @@ def _rows(document: Mapping[str, Any]) -> list[dict[str, str]]:
     return rows
 
 
-def render_table(document: Mapping[str, Any]) -> str:
-    """The terminal table as plain text (the command uses ``rich`` when it is installed)."""
-    rows = _rows(document)
-    widths = {k: max(len(h), *(len(r[k]) for r in rows)) for k, h in COLUMNS}
-    lines = ["  ".join(h.ljust(widths[k]) for k, h in COLUMNS)]
+OUTAGE_COLUMNS = (
+    ("algorithm", "ALGORITHM"),
+    ("admitted", "ADMITTED"),
+    ("starved", "STARVED"),
+    ("last_admission", "LAST ADM s"),
+    ("last_ratio", "×AAO"),
+    ("held", "HELD"),
+    ("held_wait", "HELD WAIT s"),
+    ("held_cost", "HELD +s"),
+    ("during", "ADM DURING"),
+    ("gpu_hours", "GPU·h DURING"),
+    ("gpu_ratio", "×AAO"),
+    ("released", "REL/REST"),
+)
+"""The outage table: one row per algorithm, AllAtOnce's run as the baseline (×AAO)."""
+
+
+def _ratio_text(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _outage_rows(document: Mapping[str, Any]) -> list[dict[str, str]]:
+    rows = []
+    for name, m in document["algorithms"].items():
+        o = m.get("outage")
+        if o is None:
+            continue
+        versus = o.get("vs_all_at_once", {})
+        rows.append(
+            {
+                "algorithm": name,
+                "admitted": f"{m['admitted']}/{m['workloads']}",
+                "starved": str(o["starved"]),
+                "last_admission": (
+                    "-" if o["last_admission_s"] is None else f"{o['last_admission_s']:.1f}"
+                ),
+                "last_ratio": _ratio_text(versus.get("last_admission_ratio")),
+                "held": f"{o['held_admitted']}/{o['held']}",
+                "held_wait": f"{o['held_wait_mean_s']:.1f}" if o["held_admitted"] else "-",
+                "held_cost": (
+                    f"{versus['held_extra_delay_mean_s']:+.1f}"
+                    if versus and versus["held_compared"]
+                    else "-"
+                ),
+                "during": str(o["admitted_during_outage"]),
+                "gpu_hours": f"{o['gpu_hours_during_outage']:.2f}",
+                "gpu_ratio": _ratio_text(versus.get("gpu_hours_during_outage_ratio")),
+                "released": f"{o['released']}/{o['restored']}",
+            }
+        )
+    return rows
+
+
+def _plain(columns: Sequence[tuple[str, str]], rows: Sequence[Mapping[str, str]]) -> str:
+    widths = {k: max(len(h), *(len(r[k]) for r in rows)) for k, h in columns}
+    lines = ["  ".join(h.ljust(widths[k]) for k, h in columns)]
     for row in rows:
-        lines.append("  ".join(row[k].ljust(widths[k]) for k, _ in COLUMNS))
+        lines.append("  ".join(row[k].ljust(widths[k]) for k, _ in columns))
     return "\n".join(lines)
+
+
+def render_table(document: Mapping[str, Any], *, outage: bool = False) -> str:
+    """The terminal table as plain text (the command uses ``rich`` when it is installed); with
+    ``outage``, the outage table under it (when the trace has faults)."""
+    text = _plain(COLUMNS, _rows(document))
+    rows = _outage_rows(document) if outage else []
+    if rows:
+        text += "\n\n" + _outage_title(document) + "\n" + _plain(OUTAGE_COLUMNS, rows)
+    return text
+
+
+def _end_text(end: float | None) -> str:
+    return "end" if end is None else f"{end:g}"
+
+
+def _outage_title(document: Mapping[str, Any]) -> str:
+    faults = ", ".join(
+        f"{f['cluster']} {f['start_s']:g}–{_end_text(f['end_s'])} s"
+        for f in document["trace"]["faults"]
+    )
+    return (
+        f"outages: {faults}; HELD: admitted/held by the outage, HELD +s: their mean extra "
+        "delay against all-at-once; DURING: while a worker was down; ×AAO: against all-at-once"
+    )
+
+
+def rich_outage_table(document: Mapping[str, Any]) -> Any:
+    """The outage table as a ``rich.table.Table`` (``None`` without faults)."""
+    from rich.table import Table
+
+    rows = _outage_rows(document)
+    if not rows:
+        return None
+    table = Table(title=_outage_title(document))
+    for key, header in OUTAGE_COLUMNS:
+        left = key == "algorithm"
+        table.add_column(header, justify="left" if left else "right", no_wrap=left)
+    for row in rows:
+        table.add_row(*(row[k] for k, _ in OUTAGE_COLUMNS))
+    return table
 
 
 def rich_table(document: Mapping[str, Any]) -> Any:

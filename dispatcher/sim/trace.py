@@ -8,7 +8,11 @@ A **trace file** is JSON Lines (blank lines and ``#`` comments are skipped). Eac
   ``annotations``) plus ``arrival`` (seconds since the start of the trace, when the Job is
   created on the manager) and a required ``runSeconds`` (how long it runs once admitted); or
 * a **fault**: ``{"fault": "worker-down", "cluster": NAME, "start": S, "end": S}``: the worker is
-  down (disconnected, admits nothing, loses what ran there) from ``start`` to ``end``.
+  down (disconnected, admits nothing, loses what ran there) from ``start`` to ``end``; or
+* an **outage**, the same event written as the issue-17 scenario states it:
+  ``{"outage": NAME, "at": S, "until": S}`` (``until`` optional: the worker never comes back).
+
+Two faults or outages of the same worker must not overlap.
 
 Errors name the file, the line and the field (``trace.jsonl:12: runSeconds: ...``).
 
@@ -19,6 +23,7 @@ or none), priority classes and log-normal run times.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import random
@@ -37,6 +42,7 @@ __all__ = [
     "TraceError",
     "TraceParams",
     "TraceWorkload",
+    "check_overlaps",
     "dump_trace",
     "generate_trace",
     "load_trace",
@@ -49,6 +55,7 @@ DEFAULT_WORKLOADS = 5000
 """Size of the default generated trace."""
 
 FAULT_KIND = "worker-down"
+OUTAGE_KEY = "outage"
 
 
 class TraceError(ValueError):
@@ -72,11 +79,25 @@ class TraceWorkload:
 
 @dataclass(frozen=True, slots=True)
 class FaultEvent:
-    """A worker down from ``start`` to ``end`` (seconds)."""
+    """A worker down from ``start`` to ``end`` (seconds; ``math.inf``: it never comes back)."""
 
     cluster: str
     start: float
     end: float
+    where: str = field(default="", compare=False)
+    """Where it was given (``trace.jsonl:3``, ``--outage``), for error messages."""
+    outage: bool = field(default=False, compare=False)
+    """Given as an outage (an ``outage`` line, ``--outage``): ``simulate`` prints the outage
+    table for it."""
+
+    @property
+    def permanent(self) -> bool:
+        """The worker never comes back."""
+        return math.isinf(self.end)
+
+    def covers(self, when: float) -> bool:
+        """The worker is down at ``when``."""
+        return self.start <= when < self.end
 
 
 @dataclass(frozen=True)
@@ -147,7 +168,7 @@ class TraceParams:
         raw["cpu_only_cpus"] = {str(k): v for k, v in self.cpu_only_cpus.items()}
         raw["burst_size"] = list(self.burst_size)
         raw["namespaces"] = list(self.namespaces)
-        raw["faults"] = [list(f) for f in self.faults]
+        raw["faults"] = [[c, a, None if math.isinf(b) else b] for c, a, b in self.faults]
         return raw
 
 
@@ -228,7 +249,50 @@ def _fault(data: Mapping[str, Any], where: str, errors: list[str]) -> FaultEvent
     if times[1] <= times[0]:
         errors.append(f"{where}: end: must be after start ({times[0]:g})")
         return None
-    return FaultEvent(cluster, times[0], times[1])
+    return FaultEvent(cluster, times[0], times[1], where=where)
+
+
+def _outage(data: Mapping[str, Any], where: str, errors: list[str]) -> FaultEvent | None:
+    extra = sorted(set(data) - {OUTAGE_KEY, "at", "until"})
+    if extra:
+        errors.append(f"{where}: {extra[0]}: unknown field of an outage line (outage, at, until)")
+        return None
+    cluster = data.get(OUTAGE_KEY)
+    if not isinstance(cluster, str) or not cluster:
+        errors.append(f"{where}: outage: a worker name is required")
+        return None
+    at = data.get("at")
+    if isinstance(at, bool) or not isinstance(at, int | float) or not 0 <= at < math.inf:
+        errors.append(f"{where}: at: required, a number of seconds >= 0")
+        return None
+    until = data.get("until")
+    if until is None:
+        return FaultEvent(cluster, float(at), math.inf, where=where, outage=True)
+    if isinstance(until, bool) or not isinstance(until, int | float) or not until < math.inf:
+        errors.append(f"{where}: until: must be a number of seconds (or left out: never back)")
+        return None
+    if until <= at:
+        errors.append(f"{where}: until: must be after at ({float(at):g})")
+        return None
+    return FaultEvent(cluster, float(at), float(until), where=where, outage=True)
+
+
+def check_overlaps(faults: Sequence[FaultEvent]) -> list[tuple[FaultEvent, str]]:
+    """Faults of a worker that start while it is already down, each with its error message."""
+    errors = []
+    ordered = sorted(faults, key=lambda f: (f.cluster, f.start, f.end))
+    for before, after in itertools.pairwise(ordered):
+        if before.cluster == after.cluster and after.start < before.end:
+            first = before.where or "an earlier fault"
+            errors.append(
+                (
+                    after,
+                    f"{after.where or after.cluster}: {after.cluster}: down from "
+                    f"{after.start:g} while already down ({first}, until {before.end:g}); "
+                    "outages of one worker must not overlap",
+                )
+            )
+    return errors
 
 
 def parse_trace_lines(lines: Iterable[str], *, source: str = "trace") -> Trace:
@@ -241,6 +305,7 @@ def parse_trace_lines(lines: Iterable[str], *, source: str = "trace") -> Trace:
     rewritten: list[str] = []
     arrivals: dict[int, float] = {}
     faults: list[FaultEvent] = []
+    line_of: dict[str, int] = {}
     for number, raw in enumerate(lines, start=1):
         text = raw.strip()
         where = f"{source}:{number}"
@@ -255,12 +320,14 @@ def parse_trace_lines(lines: Iterable[str], *, source: str = "trace") -> Trace:
         if not isinstance(data, dict):
             rewritten.append(text)
             continue
-        if "fault" in data:
+        if "fault" in data or OUTAGE_KEY in data:
             found: list[str] = []
-            fault = _fault(data, where, found)
+            parse = _outage if OUTAGE_KEY in data and "fault" not in data else _fault
+            fault = parse(data, where, found)
             errors += [(number, e) for e in found]
             if fault is not None:
                 faults.append(fault)
+                line_of[where] = number
             rewritten.append("")
             continue
         arrival = data.pop("arrival", None)
@@ -271,6 +338,8 @@ def parse_trace_lines(lines: Iterable[str], *, source: str = "trace") -> Trace:
         if data.get("runSeconds") is None:
             errors.append((number, f"{where}: runSeconds: required in a simulation trace"))
         rewritten.append(json.dumps(data))
+    for fault, message in check_overlaps(faults):
+        errors.append((line_of[fault.where], message))
     parsed: list[WorkloadLine] = []
     try:
         parsed = parse_workload_lines(rewritten, source=source)
@@ -299,6 +368,12 @@ def dump_trace(trace: Trace) -> str:
     """The trace as JSON Lines (loads back with :func:`parse_trace_lines`)."""
     out = []
     for fault in trace.faults:
+        if fault.permanent or fault.outage:
+            line: dict[str, Any] = {OUTAGE_KEY: fault.cluster, "at": fault.start}
+            if not fault.permanent:
+                line["until"] = fault.end
+            out.append(json.dumps(line))
+            continue
         out.append(
             json.dumps(
                 {
