@@ -951,6 +951,11 @@ class Nominator:
                 self.queue.add_after(key, self.config.stuck_after_seconds - (now - since))
                 continue
             cause = await self._stuck_cause(cluster, workload)
+            if cause is None:
+                # Kueue has not synced the Job to the worker yet: it is behind (a backlog of
+                # its worker clients), not refusing the admission. Look again later.
+                self.queue.add_after(key, self.config.stuck_after_seconds)
+                continue
             await self._report_stuck(
                 key,
                 workload,
@@ -960,15 +965,18 @@ class Nominator:
             )
             return
 
-    async def _stuck_cause(self, cluster: str, workload: Mapping[str, Any]) -> str:
-        """Why Kueue does not record an admission it can see (C43 or C33).
+    async def _stuck_cause(self, cluster: str, workload: Mapping[str, Any]) -> str | None:
+        """Why Kueue does not record an admission it can see (C43 or C33), or None when it is
+        not stuck but behind.
 
         Before writing ``clusterName`` Kueue syncs the workload's Job to the admitting worker and
         refuses a Job of that name there that does not carry this manager's origin label
         (``ValidateRemoteObjectOwnership``): its reconcile fails before the admission write,
         again and again. The worker's Job tells the two apart: a same-named Job without our
-        origin label is that refusal; otherwise (Kueue's own Job, or none) it is the
-        field-manager pitfall. One GET on the worker, only when a workload is found stuck."""
+        origin label is that refusal; Kueue's own Job is the field-manager pitfall (Kueue syncs
+        the Job before it writes ``clusterName``, ``workload.go`` step 6). No Job at all means
+        Kueue has not reached that step yet (its worker clients are rate limited, C20): None, not
+        stuck. One GET on the worker, only when a workload looks stuck."""
         meta = workload.get("metadata") or {}
         owner = next(
             (
@@ -985,6 +993,8 @@ class Nominator:
         try:
             job = await worker.mirror.api.get(WORKER_JOBS, name, namespace)
         except ApiError as error:
+            if error.status == 404:
+                return None
             log.info(
                 "workload %s/%s: could not read Job %s on %s to tell why it is stuck: %s",
                 namespace,

@@ -161,6 +161,12 @@ async def test_a_refused_kubeconfig_is_counted_once_per_secret_content(metrics: 
             return found.state.phase if found is not None else ""
 
         await api.create(SECRETS, _secret("w1-kubeconfig", "{not: [yaml"), namespace=NS)
+        # The registry's Secret and MultiKueueCluster watches are separate streams: without
+        # this wait the cluster can come first, and its "secret not found" is a refusal too
+        # (seen in CI at 3e9ce8f: counted 2).
+        await changes.wait(
+            lambda: registry.manager.cache("secrets").get("w1-kubeconfig", NS) is not None
+        )
         await api.create(MULTIKUEUE_CLUSTERS, _cluster("w1", "w1-kubeconfig"))
         await changes.wait(lambda: phase() == "Unusable")
         assert errors(metrics) == {"kubeconfig": 1.0}
