@@ -580,6 +580,27 @@ class KubeBackend:
             )
 
     async def reset(self) -> None:
+        # Jobs whose Workload holds no quota go first, and are gone before the others are
+        # deleted: deleting an admitted Job first frees quota, and Kueue may then admit a
+        # waiting Workload of the scenario during the teardown on one backend and not on the
+        # other (a race the trace would record; seen on item 8a in CI).
+        waiting = [
+            (cluster, name)
+            for cluster in ("manager", *WORKERS)
+            for name in self.views[cluster].objects.get("jobs", {})
+            if not is_true(self.workload_of_job_on(cluster, name), "QuotaReserved")
+        ]
+        for cluster, name in waiting:
+            await self.delete_job(name, None if cluster == "manager" else cluster)
+
+        def waiting_gone() -> bool:
+            return all(
+                self.workload_of_job_on(c, name) is None
+                and name not in self.views[c].objects.get("jobs", {})
+                for c, name in waiting
+            )
+
+        await self.wait_for(waiting_gone, "every Job without quota deleted", self.timeouts.long)
         for cluster in ("manager", *WORKERS):
             for name in list(self.views[cluster].objects.get("jobs", {})):
                 await self.delete_job(name, None if cluster == "manager" else cluster)
