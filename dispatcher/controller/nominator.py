@@ -1136,7 +1136,6 @@ class Nominator:
         (woken by a worker's reachability change and by a released workload's reconcile)."""
         while True:
             await self._restore_wake.wait()
-            self._restore_wake = anyio.Event()
             try:
                 await self.restore_ready()
             except Exception:
@@ -1147,6 +1146,22 @@ class Nominator:
     async def restore_ready(self) -> list[str]:
         """Restore every released workload that an eligible worker can run again, in Kueue's
         queue order (creationTimestamp, then name); the keys restored."""
+        while True:
+            self._restore_wake = anyio.Event()
+            ready = await self._ready_to_restore()
+            if not self._restore_wake.is_set():
+                break
+            # Something changed while they were judged (a worker came back): judge them all
+            # again, so the order covers every workload restorable now.
+        restored = []
+        for _, key, held, back in sorted(ready, key=lambda r: (r[0], r[1])):
+            if await self._restore(key, held, back):
+                restored.append(key)
+        return restored
+
+    async def _ready_to_restore(
+        self,
+    ) -> list[tuple[str, str, Mapping[str, Any], tuple[str, ...]]]:
         cache = self.registry.manager.cache("workloads")
         ready: list[tuple[str, str, Mapping[str, Any], tuple[str, ...]]] = []
         for key, created in list(self._released.items()):
@@ -1164,11 +1179,7 @@ class Nominator:
             reachable = await self._restorable(key, workload, state.waiting_for)
             if reachable:
                 ready.append((created, key, workload, reachable))
-        restored = []
-        for _, key, held, back in sorted(ready, key=lambda r: (r[0], r[1])):
-            if await self._restore(key, held, back):
-                restored.append(key)
-        return restored
+        return ready
 
     async def _restorable(
         self, key: str, workload: Mapping[str, Any], waiting_for: tuple[str, ...]
