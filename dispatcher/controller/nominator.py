@@ -969,19 +969,10 @@ class Nominator:
             self._no_longer_unplaceable(key, record)
             return False
         now = self._now()
-        meta = workload.get("metadata") or {}
-        admission = (workload.get("status") or {}).get("admission") or {}
         holder = self.outage.holders.get(key)
         if holder is None or holder.waiting_for != placement.waiting_for:
-            cluster_queue = str(admission.get("clusterQueue") or "")
-            holder = Holder(
-                key,
-                cluster_queue,
-                self._cohort(cluster_queue),
-                admission_usage(admission),
-                placement.waiting_for,
-                holder.since if holder is not None else now,
-                str(meta.get("creationTimestamp") or ""),
+            holder = self._holder(
+                key, workload, placement, holder.since if holder is not None else now
             )
             self.outage.holders[key] = holder
             self._publish_outage()
@@ -1003,6 +994,113 @@ class Nominator:
             self.queue.add_after(key, left)
             return False
         return await self._release(key, workload, holder, state.releases, now)
+
+    def _holder(
+        self, key: str, workload: Mapping[str, Any], placement: Placement, since: float
+    ) -> Holder:
+        admission = (workload.get("status") or {}).get("admission") or {}
+        cluster_queue = str(admission.get("clusterQueue") or "")
+        return Holder(
+            key,
+            cluster_queue,
+            self._cohort(cluster_queue),
+            admission_usage(admission),
+            placement.waiting_for,
+            since,
+            str((workload.get("metadata") or {}).get("creationTimestamp") or ""),
+        )
+
+    async def _placement_now(
+        self, key: str, workload: Mapping[str, Any], check: str
+    ) -> Placement | None:
+        """A fresh placement of a quota-holding workload (``explain``); None when the pipeline
+        gave no usable decision."""
+        current = tuple(
+            str(n) for n in (workload.get("status") or {}).get("nominatedClusterNames") or ()
+        )
+        record = Record(nominated=current, nominated_at=self._now() if current else None)
+        candidates, request, snapshots = self._inputs(workload, check, record, current, self._now())
+        decision = await self._decide(key, request, snapshots)
+        if decision is None or decision.withheld:
+            return None
+        return await self._placement(key, decision, candidates, request, current)
+
+    async def explain_outage(self, key: str) -> list[str]:
+        """``explain``'s lines on a worker outage: whether a quota-holding workload is
+        unplaceable (and which unreachable workers could run it), whether we released it, and
+        for one pending with "insufficient unused quota" the unplaceable workloads holding
+        that quota in its ClusterQueue or cohort (judged now, from the mirrors)."""
+        namespace, _, name = key.partition("/")
+        cache = self.registry.manager.cache("workloads")
+        workload = cache.get(name, namespace)
+        if workload is None:
+            return []
+        lines = []
+        state = released_state(workload)
+        if (workload.get("spec") or {}).get("active") is False and state.released_at is not None:
+            lines.append(
+                f"released by the dispatcher (release {state.releases}, waiting for "
+                f"{', '.join(state.waiting_for) or 'an eligible worker'}): it reactivates it "
+                f"when an eligible worker is reachable"
+            )
+            return lines
+        checks = self.registry.multikueue_checks()
+        verdict = eligibility(workload, checks)
+        if verdict.eligible and verdict.check is not None:
+            placement = await self._placement_now(key, workload, verdict.check)
+            if placement is not None and placement.unplaceable:
+                holder = self._holder(key, workload, placement, self._now())
+                lines.append(
+                    f"unplaceable: holds quota on the manager ({_quota_text(holder.usage)} in "
+                    f"ClusterQueue {holder.cluster_queue}) and no reachable worker can run it; "
+                    f"eligible workers unreachable: {placement.describe()}"
+                )
+            elif placement is not None and placement.reachable:
+                lines.append(
+                    f"placeable: reachable eligible workers {', '.join(placement.reachable)}"
+                )
+            return lines
+        pairs = starved_on(workload)
+        if not pairs:
+            return lines
+        cluster_queue = self._queue_of(workload)
+        cohort = self._cohort(cluster_queue)
+        cohorts = {
+            str(cq["metadata"]["name"]): self._cohort(str(cq["metadata"]["name"]))
+            for cq in self.registry.manager.cache("clusterqueues").items()
+        }
+        for other in cache.items():
+            admission = (other.get("status") or {}).get("admission") or {}
+            held_in = str(admission.get("clusterQueue") or "")
+            if not held_in or not (
+                held_in == cluster_queue or (cohort and cohorts.get(held_in) == cohort)
+            ):
+                continue
+            other_key = _key_of(other)
+            judged = eligibility(other, checks)
+            if other_key in self.outage.holders or not judged.eligible or judged.check is None:
+                continue
+            placement = await self._placement_now(other_key, other, judged.check)
+            if placement is not None and placement.unplaceable:
+                self.outage.holders[other_key] = self._holder(
+                    other_key, other, placement, self._now()
+                )
+        found_in, holders = self.blocking_holders(workload)
+        wanted = ", ".join(f"{resource} in flavor {flavor}" for flavor, resource in pairs)
+        if holders:
+            lines.append(starved_message(found_in, holders))
+        elif cluster_queue:
+            lines.append(
+                f"pending on the manager (insufficient unused quota for {wanted} in "
+                f"ClusterQueue {cluster_queue}); no unplaceable workload holds it"
+            )
+        else:
+            queue = (workload.get("spec") or {}).get("queueName")
+            lines.append(
+                f"pending on the manager (insufficient unused quota for {wanted}); its "
+                f"ClusterQueue is unknown (no LocalQueue {queue!r} in the mirror)"
+            )
+        return lines
 
     def _no_longer_unplaceable(self, key: str, record: Record) -> None:
         holder = self.outage.holders.pop(key, None)
