@@ -185,8 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--sync-timeout",
         type=float,
         default=1.0,
-        help="seconds to wait for one connection attempt per worker before evaluating (a worker that has not answered by then is reported unreachable, never "
-        "retried)",
+        help="seconds to wait for one connection attempt per worker before evaluating (a "
+        "worker that has not answered by then is reported unreachable, never retried)",
     )
 
     plugins = sub.add_parser(
