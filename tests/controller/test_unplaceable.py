@@ -458,12 +458,14 @@ async def test_restore_oldest_first_and_the_next_release_waits_longer(
         original = env.loop._restore
 
         async def recorded(key: str, workload: Any, reachable: tuple[str, ...]) -> bool:
+            done = await original(key, workload, reachable)  # the patch, then its Event
             restored.append(key)
-            return await original(key, workload, reachable)
+            env.notify()
+            return done
 
         env.loop._restore = recorded  # type: ignore[method-assign]
         await env.set_active("w2", True)
-        await env.wait(lambda: env.loop.restores == 3 and env.idle(*names))
+        await env.wait(lambda: len(restored) == 3 and env.idle(*names))
         assert restored == [f"default/{n}" for n in names]
         assert all(is_active(env, n) for n in names)
         assert len(await events(env, "QuotaRestored")) == 3
