@@ -110,6 +110,7 @@ async def test_h100_worker_down_h100_jobs_hold_the_managers_gpu_quota(
                 if labels["resource"] == "nvidia.com/gpu"
             )
             assert gpus == 12.0
+            assert [v for _, v in samples["multikueue_dispatcher_unplaceable_workloads"]] == [3.0]
             assert events.of("QuotaReleased") == []
             final = by_job(await env.workloads())
             assert all(cluster_of(final[n]) is None for n in STARVED)
@@ -128,3 +129,9 @@ async def test_h100_worker_down_h100_jobs_hold_the_managers_gpu_quota(
         await events.wait_for("QuotaRestored", len(HOLDERS), within=120)
         final = by_job(await env.wait_for_manager(placed_all(HOLDERS), within=120))
         assert {cluster_of(final[n]) for n in HOLDERS} == {"worker-h100"}
+        samples = await scrape(env.dispatcher)
+        actions = {
+            labels["action"]: value
+            for labels, value in samples["multikueue_dispatcher_unplaceable_actions_total"]
+        }
+        assert actions == {"release": 3.0, "restore": 3.0}
