@@ -339,8 +339,9 @@ class Nominator:
                 and isinstance(item, ObjectEvent)
                 and self._only_activeness_changed(item)
             ):
-                # Kueue's verdict on one worker: only the workloads it can change.
-                self._requeue_affected(_key_of(item.object).lstrip("/"))
+                # Kueue's verdict on one worker alone: only the workloads it can change.
+                name = _key_of(item.object).lstrip("/")
+                self._reachability_changed(name, self._mkc_seen[name][0] == "True")
             elif isinstance(item, ObjectEvent | Listed):
                 self._requeue_all()
             return
@@ -354,7 +355,7 @@ class Nominator:
             if changed == "settled":
                 self._requeue_waiting()
             elif changed == "usable":
-                self._requeue_affected(cluster)
+                self._reachability_changed(cluster, self.registry.mirror_usable(cluster))
 
     def _usability_changed(self, cluster: str) -> str:
         """What of a worker's connection change can change a decision: ``usable`` when our
@@ -394,6 +395,14 @@ class Nominator:
             self._mkc_seen.pop(name, None)
             return False
         return before is not None and before[1] == shape
+
+    def _reachability_changed(self, worker: str, back: bool) -> None:
+        """A worker became unreachable: only the workloads for which it is eligible, nominated
+        or awaited can change. One that is back may also be a better place for any workload
+        waiting for a worker, so those are decided again too."""
+        if back:
+            self._requeue_waiting()
+        self._requeue_affected(worker)
 
     def _requeue_affected(self, worker: str) -> None:
         """A worker became reachable or unreachable: re-evaluate the workloads for which it is

@@ -341,7 +341,8 @@ async def test_unplaceable_holder_is_exported_and_named_once_and_starved_workloa
 async def test_a_workers_reachability_change_reevaluates_only_the_workloads_it_can_change() -> None:
     """Six workloads hold quota, three may run only on w2, three only on w1. Kueue reports w2
     inactive: only the three w2 workloads are reconciled (a counting guard against a fleet-wide
-    rescan per event); the w1 ones are not touched, then or when w2 is back."""
+    rescan per event); the w1 ones are not touched. (When w2 is back, every workload waiting
+    for a worker is decided again: w2 may be a better place for any of them.)"""
     async with world(decide=allowed_only, config=policy(enabled=False)) as env:
         await env.start_dispatcher()
         names = {f"gpu-{i}": "w2" for i in range(3)} | {f"cpu-{i}": "w1" for i in range(3)}
@@ -356,16 +357,9 @@ async def test_a_workers_reachability_change_reevaluates_only_the_workloads_it_c
         await env.wait(lambda: len(env.loop.outage.holders) == 3 and env.idle(*names))
         after = {n: env.reconciles[f"default/{n}"] - before[f"default/{n}"] for n in names}
         assert {n: after[n] > 0 for n in names} == {n: w == "w2" for n, w in names.items()}
-        middle = dict(env.reconciles)
 
         await env.set_active("w2", True)
         await env.wait(lambda: not env.loop.outage.holders and env.idle(*names))
-        cpu = {
-            n: env.reconciles[f"default/{n}"] - middle[f"default/{n}"]
-            for n in names
-            if n.startswith("cpu")
-        }
-        assert cpu == dict.fromkeys(cpu, 0)
 
 
 # --- the release policy ------------------------------------------------------------------------
