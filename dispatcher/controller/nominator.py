@@ -334,14 +334,14 @@ class Nominator:
                 elif isinstance(item, Listed):
                     for namespace, name in item.keys:
                         self.queue.add(f"{namespace}/{name}")
-            elif (
-                resource == "multikueueclusters"
-                and isinstance(item, ObjectEvent)
-                and self._only_activeness_changed(item)
-            ):
-                # Kueue's verdict on one worker alone: only the workloads it can change.
-                name = _key_of(item.object).lstrip("/")
-                self._reachability_changed(name, self._mkc_seen[name][0] == "True")
+            elif resource == "multikueueclusters" and isinstance(item, ObjectEvent):
+                change = self._mkc_change(item)
+                if change == "active":
+                    # Kueue's verdict on one worker alone: only the workloads it can change.
+                    name = _key_of(item.object).lstrip("/")
+                    self._reachability_changed(name, self._mkc_seen[name][0] == "True")
+                elif change == "other":
+                    self._requeue_all()
             elif isinstance(item, ObjectEvent | Listed):
                 self._requeue_all()
             return
@@ -372,10 +372,12 @@ class Nominator:
             return "settled"
         return "usable"
 
-    def _only_activeness_changed(self, item: ObjectEvent) -> bool:
-        """Whether a MultiKueueCluster event changed nothing but its ``Active`` condition (a
-        known cluster, same spec and labels): then only the workloads that cluster's
-        reachability can change are re-evaluated."""
+    def _mkc_change(self, item: ObjectEvent) -> str:
+        """What a MultiKueueCluster event changed: ``active`` when nothing but the status of
+        its ``Active`` condition (a known cluster, same spec and labels: then only the
+        workloads that cluster's reachability can change are re-evaluated), ``none`` when
+        neither (a message or heartbeat), ``other`` otherwise (a new, deleted or edited
+        cluster: everything is re-evaluated)."""
         obj = item.object
         name = str((obj.get("metadata") or {}).get("name") or "")
         active = next(
@@ -393,8 +395,10 @@ class Nominator:
         self._mkc_seen[name] = (active, shape)
         if item.type == "DELETED":
             self._mkc_seen.pop(name, None)
-            return False
-        return before is not None and before[1] == shape
+            return "other"
+        if before is None or before[1] != shape:
+            return "other"
+        return "none" if before[0] == active else "active"
 
     def _reachability_changed(self, worker: str, back: bool) -> None:
         """A worker became unreachable: only the workloads for which it is eligible, nominated
