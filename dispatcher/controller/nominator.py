@@ -977,6 +977,8 @@ class Nominator:
         entry (gauges), its ``Unplaceable`` Event (once per change) and, with the release
         policy on, its release when due. Whether it was released (the reconcile ends)."""
         self.outage.index(key, placement.workers)
+        self.outage.starved.pop(key, None)  # it holds quota now
+        self.outage.pending_quota.pop(key, None)
         record.placement = placement
         if not placement.unplaceable:
             self._no_longer_unplaceable(key, record)
@@ -1128,13 +1130,14 @@ class Nominator:
     ) -> None:
         """A workload the dispatcher does not nominate for: no longer a holder; a released one
         is kept for the restorer; a pending one may be starved behind unplaceable holders."""
-        self.outage.starved.pop(key, None)
         self.outage.index(key, ())
         self._no_longer_unplaceable(key, record)
         record.placement = None
         state = released_state(workload)
         if (workload.get("spec") or {}).get("active") is False and state.released_at is not None:
             self._released[key] = str((workload.get("metadata") or {}).get("creationTimestamp"))
+            self.outage.starved.pop(key, None)
+            self.outage.pending_quota.pop(key, None)
             self.outage.index(key, state.waiting_for)
             self._restore_wake.set()
             return
@@ -1171,8 +1174,15 @@ class Nominator:
     async def _check_starved(self, key: str, workload: Mapping[str, Any], record: Record) -> None:
         """A ``BlockedByUnplaceable`` Event (once per change) on a workload waiting for manager
         quota that unplaceable workloads hold."""
-        cluster_queue, holders = self.blocking_holders(workload)
+        pairs = starved_on(workload)
+        cluster_queue = self._queue_of(workload) if pairs else ""
+        if cluster_queue:
+            self.outage.pending_quota[key] = cluster_queue
+        else:
+            self.outage.pending_quota.pop(key, None)
+        _, holders = self.blocking_holders(workload) if cluster_queue else ("", [])
         if not holders:
+            self.outage.starved.pop(key, None)
             record.starved_message = ""
             return
         self.outage.starved[key] = cluster_queue
@@ -1184,14 +1194,15 @@ class Nominator:
 
     def _requeue_starved(self, holder: Holder) -> None:
         """The holders of a ClusterQueue (or cohort) changed: look again at the workloads
-        starved there (their Event names the holders)."""
-        if not self.outage.starved:
+        pending for quota there (their Event names the holders; one pending before the holder
+        appeared is starved by it now)."""
+        if not self.outage.pending_quota:
             return
         cohorts = {
             str(cq["metadata"]["name"]): self._cohort(str(cq["metadata"]["name"]))
             for cq in self.registry.manager.cache("clusterqueues").items()
         }
-        for key in self.outage.starved_in(holder.cluster_queue, holder.cohort, cohorts):
+        for key in self.outage.pending_in(holder.cluster_queue, holder.cohort, cohorts):
             self.queue.add(key)
 
     def _publish_outage(self) -> None:

@@ -123,7 +123,12 @@ class OutageBook:
 
     holders: dict[str, Holder] = field(default_factory=dict)
     starved: dict[str, str] = field(default_factory=dict)
-    """Starved workload key -> its ClusterQueue on the manager."""
+    """Starved workload key -> its ClusterQueue on the manager: pending for quota that
+    unplaceable holders hold."""
+    pending_quota: dict[str, str] = field(default_factory=dict)
+    """Every workload pending on the manager with "insufficient unused quota" -> its
+    ClusterQueue: the ones a new or gone holder of that ClusterQueue (or cohort) may starve or
+    free."""
     by_worker: dict[str, set[str]] = field(default_factory=dict)
     _workers_of: dict[str, frozenset[str]] = field(default_factory=dict)
 
@@ -154,6 +159,7 @@ class OutageBook:
         """Drop everything about ``key``; the holder it was, if it was one."""
         self.index(key, ())
         self.starved.pop(key, None)
+        self.pending_quota.pop(key, None)
         return self.holders.pop(key, None)
 
     def holders_for(self, cluster_queue: str, cohort: str) -> list[Holder]:
@@ -166,12 +172,12 @@ class OutageBook:
         ]
         return sorted(found, key=lambda h: (h.created, h.key))
 
-    def starved_in(self, cluster_queue: str, cohort: str, cohorts: Mapping[str, str]) -> set[str]:
-        """Starved keys whose ClusterQueue is ``cluster_queue`` or shares ``cohort``
+    def pending_in(self, cluster_queue: str, cohort: str, cohorts: Mapping[str, str]) -> set[str]:
+        """Keys pending for quota whose ClusterQueue is ``cluster_queue`` or shares ``cohort``
         (``cohorts`` maps ClusterQueue names to their cohort)."""
         return {
             key
-            for key, cq in self.starved.items()
+            for key, cq in self.pending_quota.items()
             if cq == cluster_queue or (cohort and cohorts.get(cq, "") == cohort)
         }
 

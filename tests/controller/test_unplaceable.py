@@ -297,6 +297,12 @@ async def test_unplaceable_holder_is_exported_and_named_once_and_starved_workloa
         await env.start_dispatcher()
         await add(env, holding("h100", "w2"), reserved_status())
         await env.wait(lambda: env.nominated("h100") == ("w2",) and env.idle("h100"))
+        # Pending for quota before anything is unplaceable (as on real Kueue, where the
+        # scheduler writes its message once): no Event yet, but it is named as soon as the
+        # holder becomes unplaceable.
+        await add(env, holding("early", "w1"), PENDING_STATUS)
+        await env.wait(lambda: env.idle("early"))
+        assert await events(env, "BlockedByUnplaceable", "early") == []
 
         await env.set_active("w2", False)
         await env.wait(lambda: "default/h100" in env.loop.outage.holders and env.idle("h100"))
@@ -315,6 +321,8 @@ async def test_unplaceable_holder_is_exported_and_named_once_and_starved_workloa
             ("cq", "default-flavor", "nvidia.com/gpu"): 8.0,
         }
         assert [v for _, v in samples["multikueue_dispatcher_unplaceable_workloads"]] == [1.0]
+        await env.wait(lambda: "default/early" in env.loop.outage.starved and env.idle("early"))
+        assert len(await events(env, "BlockedByUnplaceable", "early")) == 1
 
         # Reconciled again for no new reason: no second Event.
         env.loop.queue.add("default/h100")
@@ -329,10 +337,11 @@ async def test_unplaceable_holder_is_exported_and_named_once_and_starved_workloa
         ]
 
         await env.set_active("w2", True)
-        await env.wait(lambda: not env.loop.outage.holders and env.idle("h100", "starved"))
+        await env.wait(lambda: not env.loop.outage.holders and env.idle("h100", "starved", "early"))
         samples = samples_of(generate_latest(metrics.registry).decode())
         assert samples.get("multikueue_dispatcher_unplaceable_quota", []) == []
-        assert "default/starved" not in env.loop.outage.starved  # re-evaluated: nothing blocks it
+        # Re-evaluated: nothing blocks them any more.
+        assert not {"default/starved", "default/early"} & set(env.loop.outage.starved)
         assert env.loop.releases == 0  # the policy is off
         assert is_active(env, "h100")
     metrics.shutdown()
