@@ -23,6 +23,7 @@ import dataclasses
 import datetime
 import itertools
 import logging
+import re
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -230,6 +231,8 @@ def _key_of(obj: Mapping[str, Any]) -> str:
 
 
 _EVENT_SEQUENCE = itertools.count()
+_DURATION = re.compile(r"\b\d+(?:\.\d+)?s\b")
+"""A duration in a message ("for 12s"): Events that differ only in those are one Event."""
 
 
 def _event_suffix() -> str:
@@ -1665,10 +1668,11 @@ class Nominator:
     async def _event_once(
         self, workload: Mapping[str, Any], record: Record, reason: str, message: str, kind: str
     ) -> bool:
-        """:meth:`_event` unless ``message`` is the workload's last Event message (a workload
-        decided again and again for the same reason does not accumulate Events); whether it
-        was recorded."""
-        if message == record.event_message:
+        """:meth:`_event` unless ``message`` is the workload's last Event message, durations
+        aside (a workload decided again and again for the same reason does not accumulate
+        Events, even when the reason counts how long a worker has been lost); whether it was
+        recorded."""
+        if _DURATION.sub("#s", message) == _DURATION.sub("#s", record.event_message):
             return False
         record.event_message = message
         await self._event(workload, reason, message, kind)

@@ -560,3 +560,27 @@ async def test_a_mirror_blink_inside_the_stale_grace_releases_nothing() -> None:
         assert not env.loop.outage.holders
         assert (env.loop.releases, is_active(env, "job")) == (0, True)
         assert await events(env, "Unplaceable") == []
+
+
+async def test_a_reason_that_only_counts_seconds_records_one_event() -> None:
+    """While w2 is lost, the decision's reason says for how long ("Disconnected for 12s"): a
+    workload decided again every few seconds still gets one ``NotNominated`` Event, not one per
+    decision (seen on real Kueue: 88 Events for 4 workloads in two minutes)."""
+    async with world(decide=allowed_only, config=policy(enabled=False)) as env:
+        await env.start_dispatcher()
+        await add(env, holding("job", "w2"), reserved_status())
+        await env.wait(lambda: env.idle("job"))
+        record = env.loop.records["default/job"]
+        await env.set_active("w2", False)
+        await env.wait(lambda: env.idle("job"))
+        workload = workload_of(env, "job")
+        first = await env.loop._event_once(
+            workload, record, "NotNominated", "w2: lost for 5s", "Warning"
+        )
+        again = await env.loop._event_once(
+            workload, record, "NotNominated", "w2: lost for 12s", "Warning"
+        )
+        other = await env.loop._event_once(
+            workload, record, "NotNominated", "w2: lost for 12s; w1: full", "Warning"
+        )
+        assert (first, again, other) == (True, False, True)
