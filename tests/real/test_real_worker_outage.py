@@ -80,6 +80,8 @@ async def test_worker_killed_mid_mix(
     case = "policy-on" if release else ("policy-off" if dispatcher == "external" else dispatcher)
     record_property(f"outage_{case}", outcome.line())
     print(f"OUTAGE [{case}] {outcome.line()}")
+    for key, message in outcome.pending_messages().items():
+        print(f"  starved {key}: {message}")
     if release:
         assert outcome.starved == [], outcome.line()
         assert outcome.events.get("QuotaReleased", 0) >= 1, outcome.line()

@@ -266,6 +266,28 @@ class OutageOutcome:
     """From the worker's return until the last held Job was admitted there (None: not all)."""
     followed: dict[str, Followed]
 
+    def pending_messages(self) -> dict[str, str]:
+        """The manager's ``QuotaReserved`` reason and message of each starved Job, as last
+        seen."""
+        out: dict[str, str] = {}
+        for key in self.starved:
+            last = self.followed[key].last or {}
+            condition = next(
+                (
+                    c
+                    for c in (last.get("status") or {}).get("conditions") or []
+                    if c.get("type") == "QuotaReserved"
+                ),
+                None,
+            )
+            out[key] = (
+                "no QuotaReserved condition"
+                if condition is None
+                else f"{condition.get('status')} {condition.get('reason')}: "
+                f"{condition.get('message')}"
+            )
+        return out
+
     def line(self) -> str:
         """One line for logs and figures."""
         last = "-" if self.last_admission_seconds is None else f"{self.last_admission_seconds:.0f}"
