@@ -53,7 +53,9 @@ from dispatcher.controller.outage import (
     format_time,
     release_due,
     released_state,
+    requested_resources,
     starved_on,
+    untried,
 )
 from dispatcher.controller.snapshots import (
     ORIGIN_LABEL,
@@ -1178,35 +1180,72 @@ class Nominator:
         """A ``BlockedByUnplaceable`` Event (once per change) on a workload waiting for manager
         quota that unplaceable workloads hold."""
         pairs = starved_on(workload)
-        cluster_queue = self._queue_of(workload) if pairs else ""
+        queued = not pairs and untried(workload)
+        cluster_queue = self._queue_of(workload) if pairs or queued else ""
         if cluster_queue:
             self.outage.pending_quota[key] = cluster_queue
         else:
             self.outage.pending_quota.pop(key, None)
-        _, holders = self.blocking_holders(workload) if cluster_queue else ("", [])
+        if queued and cluster_queue:
+            holders = self._holders_ahead(cluster_queue, requested_resources(workload))
+        else:
+            _, holders = self.blocking_holders(workload) if cluster_queue else ("", [])
         if not holders:
             self.outage.starved.pop(key, None)
             record.starved_message = ""
             return
+        newly = key not in self.outage.starved
         self.outage.starved[key] = cluster_queue
+        if newly and not queued:
+            # Workloads queued behind this one that Kueue has not tried yet wait for the same.
+            self._requeue_pending(cluster_queue, self._cohort(cluster_queue))
         message = starved_message(cluster_queue, holders)
+        if queued:
+            message = (
+                message + "; Kueue has not tried it yet: it is queued behind workloads short of "
+                "the same quota"
+            )[:1024]
         if message != record.starved_message:
             record.starved_message = message
             log.warning("workload %s %s", key, message, extra={"workload": key})
             await self._event(workload, "BlockedByUnplaceable", message, "Warning")
 
+    def _holders_ahead(self, cluster_queue: str, resources: set[str]) -> list[Holder]:
+        """For a workload Kueue has not tried yet: the unplaceable holders of a flavor and
+        resource it requests that a starved workload of its ClusterQueue (or cohort) is short
+        of (Kueue reported it "insufficient unused quota")."""
+        cohort = self._cohort(cluster_queue)
+        cohorts = self._cohorts()
+        cache = self.registry.manager.cache("workloads")
+        short: set[tuple[str, str]] = set()
+        for key, cq in self.outage.starved.items():
+            if not (cq == cluster_queue or (cohort and cohorts.get(cq, "") == cohort)):
+                continue
+            namespace, _, name = key.partition("/")
+            found = cache.get(name, namespace)
+            if found is not None:
+                short.update(p for p in starved_on(found) if p[1] in resources)
+        if not short:
+            return []
+        holders = self.outage.holders_for(cluster_queue, cohort)
+        return [h for h in holders if any(p in h.usage for p in short)]
+
+    def _cohorts(self) -> dict[str, str]:
+        return {
+            str(cq["metadata"]["name"]): self._cohort(str(cq["metadata"]["name"]))
+            for cq in self.registry.manager.cache("clusterqueues").items()
+        }
+
+    def _requeue_pending(self, cluster_queue: str, cohort: str) -> None:
+        for key in self.outage.pending_in(cluster_queue, cohort, self._cohorts()):
+            self.queue.add(key)
+
     def _requeue_starved(self, holder: Holder) -> None:
         """The holders of a ClusterQueue (or cohort) changed: look again at the workloads
         pending for quota there (their Event names the holders; one pending before the holder
         appeared is starved by it now)."""
-        if not self.outage.pending_quota:
-            return
-        cohorts = {
-            str(cq["metadata"]["name"]): self._cohort(str(cq["metadata"]["name"]))
-            for cq in self.registry.manager.cache("clusterqueues").items()
-        }
-        for key in self.outage.pending_in(holder.cluster_queue, holder.cohort, cohorts):
-            self.queue.add(key)
+        if self.outage.pending_quota:
+            self._requeue_pending(holder.cluster_queue, holder.cohort)
 
     def _publish_outage(self) -> None:
         if self.metrics is not None:

@@ -45,7 +45,9 @@ __all__ = [
     "release_backoff",
     "release_due",
     "released_state",
+    "requested_resources",
     "starved_on",
+    "untried",
 ]
 
 ANNOTATION_PREFIX = "multikueue-dispatcher.io/"
@@ -207,6 +209,27 @@ def starved_on(workload: Mapping[str, Any]) -> list[FlavorResource]:
             message = str(item.get("message") or "")
             return [(flavor, resource) for resource, flavor in _INSUFFICIENT.findall(message)]
     return []
+
+
+def untried(workload: Mapping[str, Any]) -> bool:
+    """Whether Kueue has not tried to reserve quota for ``workload`` yet: no ``QuotaReserved``
+    condition at all, active, not finished. Real Kueue leaves the workloads queued behind one it
+    found short of quota without a condition until it tries them."""
+    if (workload.get("spec") or {}).get("active") is False:
+        return False
+    kinds = {str(c.get("type")) for c in (workload.get("status") or {}).get("conditions") or []}
+    return "QuotaReserved" not in kinds and "Finished" not in kinds
+
+
+def requested_resources(workload: Mapping[str, Any]) -> set[str]:
+    """The resources the pod sets of ``workload`` request (containers and init containers)."""
+    found: set[str] = set()
+    for pod_set in (workload.get("spec") or {}).get("podSets") or []:
+        spec = ((pod_set or {}).get("template") or {}).get("spec") or {}
+        for container in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
+            requests = ((container or {}).get("resources") or {}).get("requests") or {}
+            found.update(str(r) for r in requests)
+    return found
 
 
 def _parse_time(value: str | None) -> float | None:
