@@ -184,8 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument(
         "--sync-timeout",
         type=float,
-        default=20.0,
-        help="seconds to wait for the worker mirrors before evaluating",
+        default=1.0,
+        help="seconds to wait for one connection attempt per worker before evaluating (a "
+        "worker that has not answered by then is reported unreachable, never retried)",
     )
 
     plugins = sub.add_parser(

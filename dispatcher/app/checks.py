@@ -29,6 +29,7 @@ from dispatcher.k8s.client import KubeApi
 from dispatcher.k8s.errors import ApiError
 from dispatcher.k8s.kubeconfig import KubeconfigError
 from dispatcher.k8s.resources import ADMISSION_CHECKS, EVENTS, MULTIKUEUE_CLUSTERS, SECRETS
+from dispatcher.k8s.watching import BackoffPolicy, WatchSettings
 from dispatcher.kueue.eligibility import MULTIKUEUE_CONTROLLER
 from dispatcher.kueue.objects import InvalidField
 from dispatcher.plugins import PluginHost
@@ -144,38 +145,72 @@ async def _explain(args: argparse.Namespace, settings: Settings) -> int:
             kueue_namespace=settings.kueue_namespace,
             on_change=on_change,
             stale_grace=settings.worker_stale_grace_seconds,
+            watch_settings=explain_watch_settings(args.sync_timeout),
+            manager_watch_settings=WatchSettings(inactivity_timeout=None),
+            reconnect=NO_RETRY,
         )
         nominator = Nominator(
             registry, build_decide(settings, PluginHost.load()), config=controller_config(settings)
         )
 
         def settled() -> bool:
+            # Every worker's first connection attempt has an outcome (connected, refused,
+            # timed out, unusable): one attempt each, never a retry.
             workers = registry.workers.values()
-            return (
-                registry.synced
-                and bool(workers)
-                and all(w.connected or w.state.phase == "Unusable" for w in workers)
-            )
+            return registry.synced and all(w.settled for w in workers)
 
         async with anyio.create_task_group() as group:
             await group.start(registry.run)
+            with anyio.move_on_after(MANAGER_SYNC_SECONDS):
+                while not registry.synced:
+                    await changed.wait()
             with anyio.move_on_after(args.sync_timeout):
                 while not settled():
                     await changed.wait()
             for worker_name, state in registry.states().items():
-                print(f"  worker {worker_name}: {describe_state(state)}")
+                worker = registry.workers[worker_name]
+                if worker.connected or state.phase == "Unusable":
+                    print(f"  worker {worker_name}: {describe_state(state)}")
+                else:
+                    detail = state.message or "no answer"
+                    print(
+                        f"  worker {worker_name}: unreachable: {detail} (one attempt within "
+                        f"{args.sync_timeout:g}s, not retried)"
+                    )
                 verdict = registry.activeness(worker_name)
                 if verdict is not None:
                     print(f"    {verdict.describe()}")
+            key = f"{namespace}/{name}"
             try:
-                eligibility_reason, decision = await nominator.evaluate(f"{namespace}/{name}")
+                eligibility_reason, decision = await nominator.evaluate(key)
+                outage = await nominator.explain_outage(key)
             except InvalidField as error:
-                eligibility_reason, decision = f"cannot dispatch: {error}", None
+                eligibility_reason, decision, outage = f"cannot dispatch: {error}", None, []
             group.cancel_scope.cancel()
         print(f"fresh evaluation: {eligibility_reason}")
         if decision is not None:
             print(describe_decision(decision))
+        for line in outage:
+            print(line)
     return 0
+
+
+MANAGER_SYNC_SECONDS = 10.0
+"""How long ``explain`` waits for its mirror of the manager (a manager that does not answer is
+an error of its own before that)."""
+
+NO_RETRY = BackoffPolicy(initial=3600.0, maximum=3600.0)
+"""``explain`` tries every worker once: a failed attempt is retried only after an hour, long
+after the command has ended."""
+
+
+def explain_watch_settings(deadline: float) -> WatchSettings:
+    """The worker mirrors of ``explain``: connecting and the first list bounded by ``deadline``
+    seconds, and a failed list or watch not retried (see :data:`NO_RETRY`)."""
+    bound = max(0.1, deadline)
+    return WatchSettings(
+        connect_timeout=bound, list_timeout=bound, inactivity_timeout=None, backoff=NO_RETRY
+    )
 
 
 def explain_command(args: argparse.Namespace, load: LoadSettings) -> int:

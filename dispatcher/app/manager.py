@@ -71,6 +71,8 @@ def controller_config(settings: Settings) -> ControllerConfig:
         stuck_after_seconds=settings.stuck_after_seconds,
         algorithm="+".join(settings.algorithms),
         origin=settings.multikueue_origin,
+        unplaceable_release=settings.unplaceable_release,
+        unplaceable_patience_seconds=settings.unplaceable_patience_seconds,
     )
 
 

@@ -337,6 +337,23 @@ class Settings(BaseSettings):
         "a stream retried after 1 s and 2 s (two failed re-watches) stays within it, and "
         "Kueue's own reconnect backoff starts at 5 s. 0: lost at the first failed re-watch.",
     )
+    unplaceable_release: bool = Field(
+        default=False,
+        description="Opt-in policy for a worker outage: release the manager quota of an "
+        "unplaceable workload (quota reserved on the manager, no reachable worker its filters "
+        "keep, and an unreachable one they would keep) by deactivating it (`spec.active: false`, "
+        "annotated `multikueue-dispatcher.io/released-at`) after `unplaceable_patience_seconds`, "
+        "and reactivate it, oldest first, when an eligible worker is reachable again. Needs "
+        "`patch` on `workloads`. Off: such workloads are only reported (Events, "
+        "`multikueue_dispatcher_unplaceable_quota`). docs/outage.md.",
+    )
+    unplaceable_patience_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description="How long a workload must stay unplaceable before `unplaceable_release` "
+        "releases it; a workload restored and unplaceable again waits twice as long for each "
+        "earlier release (at most 32 times this).",
+    )
     workers: int = Field(
         default=4,
         ge=1,

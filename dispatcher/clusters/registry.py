@@ -1,7 +1,8 @@
 """The registry of worker clusters: kubeconfig Secrets in, one supervised mirror per worker out.
 
 The manager mirror watches ``MultiKueueCluster``, ``MultiKueueConfig`` and ``AdmissionCheck``
-objects, the Secrets of Kueue's namespace, and the manager's Workloads and ClusterQueues. For
+objects, the Secrets of Kueue's namespace, and the manager's Workloads, ClusterQueues and (where
+RBAC allows) LocalQueues. For
 every MultiKueueCluster the registry resolves its kubeconfig Secret (contract C10), validates it
 as Kueue does (C62) and runs a supervisor that builds a client and a worker :class:`Mirror`
 (ClusterQueues, LocalQueues, ResourceFlavors, Workloads, and Nodes where RBAC allows).
@@ -258,6 +259,9 @@ class ClusterRegistry:
             {
                 "workloads": Watched(WORKLOADS),
                 "clusterqueues": Watched(CLUSTER_QUEUES),
+                # Optional: only to name the ClusterQueue of a workload starved behind
+                # unplaceable ones (dispatcher.controller.outage); RBAC may not grant it.
+                "localqueues": Watched(LOCAL_QUEUES, optional=True),
                 "multikueueclusters": Watched(MULTIKUEUE_CLUSTERS),
                 "multikueueconfigs": Watched(MULTIKUEUE_CONFIGS),
                 "admissionchecks": Watched(ADMISSION_CHECKS),
@@ -283,7 +287,7 @@ class ClusterRegistry:
     def _manager_changed(self, resource: str, item: WatchItem) -> None:
         if resource in ("multikueueclusters", "secrets"):
             self._resync()
-        if self._on_change is not None and resource != "secrets":
+        if self._on_change is not None and resource not in ("secrets", "localqueues"):
             self._on_change(MANAGER, resource, item)
 
     def _now(self) -> float:

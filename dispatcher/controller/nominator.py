@@ -19,9 +19,11 @@ while the manager Workload never gets ``clusterName``.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import itertools
 import logging
+import re
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -40,6 +42,21 @@ from dispatcher.algorithms.model import (
 )
 from dispatcher.clusters.registry import MANAGER, Candidate, ClusterRegistry
 from dispatcher.controller.inflight import InFlight
+from dispatcher.controller.outage import (
+    RELEASED_AT,
+    RELEASED_FOR,
+    RELEASES,
+    RESTORED_AT,
+    Holder,
+    OutageBook,
+    Placement,
+    format_time,
+    release_due,
+    released_state,
+    requested_resources,
+    starved_on,
+    untried,
+)
 from dispatcher.controller.snapshots import (
     ORIGIN_LABEL,
     SnapshotCache,
@@ -51,8 +68,9 @@ from dispatcher.controller.workqueue import WorkQueue
 from dispatcher.k8s.client import KubeApi
 from dispatcher.k8s.errors import ApiError, ApiUnreachable
 from dispatcher.k8s.patching import AdmittedMeanwhile, apply_status
-from dispatcher.k8s.resources import EVENTS, KUEUE_GROUP, KUEUE_VERSION, ResourceRef
+from dispatcher.k8s.resources import EVENTS, KUEUE_GROUP, KUEUE_VERSION, WORKLOADS, ResourceRef
 from dispatcher.k8s.watching import Listed, ObjectEvent, WatchItem
+from dispatcher.kueue.admission import admission_usage, format_resource_quantity
 from dispatcher.kueue.eligibility import eligibility, multikueue_check_state
 from dispatcher.kueue.gputypes import DEFAULT_GPU_LABEL, DEFAULT_GPU_RESOURCE_PATTERN
 from dispatcher.kueue.objects import InvalidField
@@ -69,6 +87,7 @@ EVENT_COMPONENT = "multikueue-dispatcher"
 # The ``algorithm`` label of a nomination written back to the worker whose copy holds quota
 # (no pipeline decided it, see ``Nominator._holding_copy``).
 HOLDER_ALGORITHM = "copy-holds-quota"
+MERGE_PATCH = "application/merge-patch+json"
 WORKER_JOBS = ResourceRef("batch", "v1", "jobs", "Job")
 """Jobs on a worker (read once per stuck workload, to name the cause)."""
 
@@ -100,6 +119,13 @@ class ControllerConfig:
     origin: str = "multikueue"
     """Kueue's ``multiKueue.origin``: the ``kueue.x-k8s.io/multikueue-origin`` value of the
     copies and Jobs Kueue creates on workers (only those count as this manager's copies)."""
+    unplaceable_release: bool = False
+    """Release the manager quota of unplaceable workloads (deactivate them) after
+    ``unplaceable_patience_seconds``, and restore them when an eligible worker is back
+    (:mod:`dispatcher.controller.outage`, ``docs/outage.md``). Off by default."""
+    unplaceable_patience_seconds: float = 60.0
+    """How long a workload stays unplaceable before its first release (later releases of the
+    same workload wait twice as long each time)."""
 
 
 class WriteFailed(ApiError):
@@ -149,6 +175,12 @@ class Record:
     problem: str = ""
     unconfirmed: Unconfirmed | None = None
     leftover_since: float | None = None
+    placement: Placement | None = None
+    """The last placement of a quota-holding workload (None when it holds none)."""
+    outage_message: str = ""
+    """The last ``Unplaceable`` Event's message (one Event per change)."""
+    starved_message: str = ""
+    """The last ``BlockedByUnplaceable`` Event's message."""
 
 
 def _parse_time(value: str | None) -> float | None:
@@ -201,6 +233,8 @@ def _key_of(obj: Mapping[str, Any]) -> str:
 
 
 _EVENT_SEQUENCE = itertools.count()
+_DURATION = re.compile(r"\b\d+(?:\.\d+)?s\b")
+"""A duration in a message ("for 12s"): Events that differ only in those are one Event."""
 
 
 def _event_suffix() -> str:
@@ -208,6 +242,26 @@ def _event_suffix() -> str:
     hex), plus a process-wide sequence number: no system entropy per Event (``uuid4`` reads
     ``os.urandom``, which is slow on some sandboxed kernels)."""
     return f"{time.time_ns():x}{next(_EVENT_SEQUENCE) % 4096:03x}"
+
+
+def _quota_text(usage: Mapping[tuple[str, str], int]) -> str:
+    return (
+        ", ".join(
+            f"{format_resource_quantity(resource, amount)} {resource} in flavor {flavor}"
+            for (flavor, resource), amount in sorted(usage.items())
+        )
+        or "no quota"
+    )
+
+
+def starved_message(cluster_queue: str, holders: Sequence[Holder], limit: int = 5) -> str:
+    """The ``BlockedByUnplaceable`` line: the holders a starved workload waits behind."""
+    named = "; ".join(f"{h.key} (waiting for {', '.join(h.waiting_for)})" for h in holders[:limit])
+    more = f"; +{len(holders) - limit} more" if len(holders) > limit else ""
+    return (
+        f"waits for manager quota in ClusterQueue {cluster_queue} (or its cohort) held by "
+        f"{len(holders)} workload(s) that no reachable worker can run: {named}{more}"
+    )[:1024]
 
 
 def summarize(decision: Decision, limit: int = 6) -> str:
@@ -264,6 +318,15 @@ class Nominator:
         retried with the queue's backoff, which a success resets."""
         self._started: float | None = None
         self._tracer = tracer or trace.get_tracer(__name__)
+        self.outage = OutageBook()
+        """Unplaceable holders, starved workloads, and which workloads each worker's
+        reachability can change (:mod:`dispatcher.controller.outage`)."""
+        self._released: dict[str, str] = {}
+        """Workloads we released (deactivated), by key, with their creationTimestamp."""
+        self._restore_wake = anyio.Event()
+        self._mkc_seen: dict[str, tuple[str, str]] = {}
+        self.releases = 0
+        self.restores = 0
 
     # --- events from the registry --------------------------------------------------------------
 
@@ -276,27 +339,88 @@ class Nominator:
                 elif isinstance(item, Listed):
                     for namespace, name in item.keys:
                         self.queue.add(f"{namespace}/{name}")
+            elif resource == "multikueueclusters" and isinstance(item, ObjectEvent):
+                change = self._mkc_change(item)
+                if change == "active":
+                    # Kueue's verdict on one worker alone: only the workloads it can change.
+                    name = _key_of(item.object).lstrip("/")
+                    self._reachability_changed(name, self._mkc_seen[name][0] == "True")
+                elif change == "other":
+                    self._requeue_all()
             elif isinstance(item, ObjectEvent | Listed):
                 self._requeue_all()
             return
         self.versions[cluster] = self.versions.get(cluster, 0) + 1
         if resource == "workloads" and isinstance(item, ObjectEvent):
             self.queue.add(_key_of(item.object))
-        if isinstance(item, ObjectEvent | Listed) or (
-            resource == "connection" and self._usability_changed(cluster)
-        ):
+        if isinstance(item, ObjectEvent | Listed):
             self._requeue_waiting()
+        elif resource == "connection":
+            changed = self._usability_changed(cluster)
+            if changed == "settled":
+                self._requeue_waiting()
+            elif changed == "usable":
+                self._reachability_changed(cluster, self.registry.mirror_usable(cluster))
 
-    def _usability_changed(self, cluster: str) -> bool:
-        """Whether a worker's connection change can change a decision: our mirror of it became
-        usable or unusable (a blip within the stale grace does neither), or its first
-        connection attempt got an outcome (decisions wait for that after a start)."""
+    def _usability_changed(self, cluster: str) -> str:
+        """What of a worker's connection change can change a decision: ``usable`` when our
+        mirror of it became usable or unusable (a blip within the stale grace does neither),
+        ``settled`` when its first connection attempt got an outcome (decisions wait for that
+        after a start), else empty."""
         worker = self.registry.workers.get(cluster)
         seen = (self.registry.mirror_usable(cluster), worker is not None and worker.settled)
-        if self._usable.get(cluster) == seen:
-            return False
+        before = self._usable.get(cluster)
+        if before == seen:
+            return ""
         self._usable[cluster] = seen
-        return True
+        if before is None or before[1] != seen[1]:
+            return "settled"
+        return "usable"
+
+    def _mkc_change(self, item: ObjectEvent) -> str:
+        """What a MultiKueueCluster event changed: ``active`` when nothing but the status of
+        its ``Active`` condition (a known cluster, same spec and labels: then only the
+        workloads that cluster's reachability can change are re-evaluated), ``none`` when
+        neither (a message or heartbeat), ``other`` otherwise (a new, deleted or edited
+        cluster: everything is re-evaluated)."""
+        obj = item.object
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        active = next(
+            (
+                str(c.get("status"))
+                for c in (obj.get("status") or {}).get("conditions") or []
+                if c.get("type") == "Active"
+            ),
+            "",
+        )
+        shape = repr(
+            (sorted(((obj.get("metadata") or {}).get("labels") or {}).items()), obj.get("spec"))
+        )
+        before = self._mkc_seen.get(name)
+        self._mkc_seen[name] = (active, shape)
+        if item.type == "DELETED":
+            self._mkc_seen.pop(name, None)
+            return "other"
+        if before is None or before[1] != shape:
+            return "other"
+        return "none" if before[0] == active else "active"
+
+    def _reachability_changed(self, worker: str, back: bool) -> None:
+        """A worker became unreachable: only the workloads for which it is eligible, nominated
+        or awaited can change. One that is back may also be a better place for any workload
+        waiting for a worker, so those are decided again too."""
+        if back:
+            self._requeue_waiting()
+        self._requeue_affected(worker)
+
+    def _requeue_affected(self, worker: str) -> None:
+        """A worker became reachable or unreachable: re-evaluate the workloads for which it is
+        eligible, nominated or awaited (:meth:`OutageBook.affected_by`), and wake the restorer
+        for the released ones."""
+        for key in self.outage.affected_by(worker):
+            self.queue.add(key)
+        if self._released:
+            self._restore_wake.set()
 
     def _requeue_all(self) -> None:
         for obj in self.registry.manager.cache("workloads").items():
@@ -315,6 +439,7 @@ class Nominator:
         """Run the reconcile workers until cancelled."""
         self._requeue_all()
         async with anyio.create_task_group() as group:
+            group.start_soon(self._restorer)
             for _ in range(max(1, self.config.workers)):
                 group.start_soon(self._worker)
 
@@ -408,6 +533,7 @@ class Nominator:
         if not verdict.eligible:
             await self._check_finished_unrecorded(key, workload, record, checks)
             self._not_eligible(key, workload, record)
+            await self._outside_dispatch(key, workload, record)
             return "not eligible"
         assert verdict.check is not None
         now = self._now()
@@ -437,8 +563,10 @@ class Nominator:
         holder = self._holding_copy(verdict.check, namespace, name)
         if holder is not None:
             record.leftover_since = None
+            await self._placed(key, workload, record, Placement((holder,), nominated=current))
             return await self._keep_holder(key, workload, record, current, holder, now)
         if await self._wait_for_leftover(key, workload, record, verdict.check, current, now):
+            self.outage.index(key, current)
             return "waiting for a leftover copy to be removed"
         # Decisions are serialised with their in-flight bookkeeping: a burst must not have two
         # decisions look at the same idle cluster before either is recorded (issue 4). The
@@ -446,24 +574,34 @@ class Nominator:
         # loses a race. Writes themselves run concurrently.
         async with self._decision_lock:
             started = anyio.current_time()  # the decision's latency includes its snapshots
-            request, snapshots = self._inputs(workload, verdict.check, record, current, now)
+            candidates, request, snapshots = self._inputs(
+                workload, verdict.check, record, current, now
+            )
             decision = await self._decide(key, request, snapshots)
             self._observe_decision(workload, decision, started)
             if decision is None:
                 self._retry_with_backoff(key, "no decision")
                 return "no decision"
+            placement = (
+                None
+                if decision.withheld
+                else await self._placement(key, decision, candidates, request, current)
+            )
             target = current if decision.withheld else tuple(decision.nominate)
-            if not target and current and not any(snap.active for snap in snapshots):
-                # Every candidate is unreachable or inactive at once (a network blip on our
-                # side, or Kueue's): an empty nomination would have Kueue delete copies that
-                # may be about to be admitted. Keep the standing one until a cluster is back.
-                self.queue.add_after(key, self.config.resync_seconds)
-                return "kept: no active candidate"
-            if target != current:
+            # Every candidate unreachable or inactive at once (a network blip on our side, or
+            # Kueue's): an empty nomination would have Kueue delete copies that may be about
+            # to be admitted. Keep the standing one until a cluster is back.
+            keep = not target and bool(current) and not any(snap.active for snap in snapshots)
+            if not keep and target != current:
                 if target:
                     self.in_flight.record(target, queued_workload(request), now)
                 else:
                     self.in_flight.forget(key)
+        if placement is not None and await self._placed(key, workload, record, placement):
+            return "released"
+        if keep:
+            self.queue.add_after(key, self.config.resync_seconds)
+            return "kept: no active candidate"
         if decision.withheld:
             await self._withhold(key, workload, record, decision)
             self._retry_with_backoff(key, "decision withheld")
@@ -739,8 +877,9 @@ class Nominator:
         record: Record,
         current: tuple[str, ...],
         now: float,
-    ) -> tuple[DispatchRequest, list[ClusterSnapshot]]:
-        """The request and the candidate snapshots of one decision (from the mirrors only)."""
+    ) -> tuple[list[Candidate], DispatchRequest, list[ClusterSnapshot]]:
+        """The candidates, the request and the candidate snapshots of one decision (from the
+        mirrors only)."""
         candidates, _ = self.registry.candidates(check)
         request = request_from_workload(
             workload,
@@ -764,7 +903,7 @@ class Nominator:
             )
             for candidate in candidates
         ]
-        return request, snapshots
+        return candidates, request, snapshots
 
     async def evaluate(self, key: str) -> tuple[str, Decision | None]:
         """A fresh decision for ``key`` without writing anything (``explain``): the
@@ -783,8 +922,494 @@ class Nominator:
         record = self.records.get(key) or Record(
             nominated=current, nominated_at=self._nominated_at(workload, current, self._now())
         )
-        request, snapshots = self._inputs(workload, verdict.check, record, current, self._now())
+        _, request, snapshots = self._inputs(workload, verdict.check, record, current, self._now())
         return verdict.reason, await self._decide(key, request, snapshots)
+
+    # --- unplaceable workloads (a worker outage) -------------------------------------------------
+
+    async def _placement(
+        self,
+        key: str,
+        decision: Decision,
+        candidates: Sequence[Candidate],
+        request: DispatchRequest,
+        current: tuple[str, ...],
+    ) -> Placement:
+        """Where the workload could go (:class:`~dispatcher.controller.outage.Placement`).
+
+        The decision's kept clusters are the reachable eligible workers (its ``active`` filter
+        dropped the others). Only when there is none are the unreachable candidates judged: the
+        pipeline runs once more over our last mirror of each as if it were reachable; one never
+        mirrored cannot be judged and counts as possibly eligible. A candidate without a
+        MultiKueueCluster is a configuration problem, not an outage, and counts for nothing."""
+        if decision.kept:
+            return Placement(decision.kept, nominated=current)
+        known: dict[str, Candidate] = {}
+        unknown: list[str] = []
+        for candidate in candidates:
+            if candidate.active or candidate.worker is None:
+                continue
+            mirror = candidate.worker.mirror
+            if mirror is not None and mirror.listed:
+                known[candidate.name] = candidate
+            else:
+                unknown.append(candidate.name)
+        unreachable: tuple[str, ...] = ()
+        if known:
+            as_if = [
+                self._snapshots.get(
+                    dataclasses.replace(known[c.name], active=True, reason=""),
+                    self._index(c.name),
+                    request,
+                    self.in_flight,
+                    label_key=self.config.gpu_label_key,
+                    resource_pattern=self.config.gpu_resource_pattern,
+                )
+                for c in candidates
+                if c.name in known
+            ]
+            judged = await self._decide(key, request, as_if)
+            if judged is not None and not judged.withheld:
+                unreachable = tuple(n for n in judged.kept if n in known)
+            else:
+                unreachable = tuple(known)  # cannot judge them: they may be eligible
+        return Placement((), unreachable, tuple(unknown), current)
+
+    async def _placed(
+        self, key: str, workload: Mapping[str, Any], record: Record, placement: Placement
+    ) -> bool:
+        """Record where a quota-holding workload could go; for an unplaceable one, its holder
+        entry (gauges), its ``Unplaceable`` Event (once per change) and, with the release
+        policy on, its release when due. Whether it was released (the reconcile ends)."""
+        self.outage.index(key, placement.workers)
+        self.outage.starved.pop(key, None)  # it holds quota now
+        self.outage.pending_quota.pop(key, None)
+        record.placement = placement
+        if not placement.unplaceable:
+            self._no_longer_unplaceable(key, record)
+            return False
+        now = self._now()
+        holder = self.outage.holders.get(key)
+        if holder is None or holder.waiting_for != placement.waiting_for:
+            holder = self._holder(
+                key, workload, placement, holder.since if holder is not None else now
+            )
+            self.outage.holders[key] = holder
+            self._publish_outage()
+            self._requeue_starved(holder)
+        message = (
+            f"holds quota on the manager ({_quota_text(holder.usage)} in ClusterQueue "
+            f"{holder.cluster_queue}) but no reachable worker can run it; eligible workers "
+            f"unreachable: {placement.describe()}"
+        )
+        if message != record.outage_message:
+            record.outage_message = message
+            log.warning("workload %s %s", key, message, extra={"workload": key})
+            await self._event(workload, "Unplaceable", message, "Warning")
+        if not self.config.unplaceable_release:
+            return False
+        state = released_state(workload)
+        left = release_due(state, holder.since, now, self.config.unplaceable_patience_seconds)
+        if left > 0:
+            self.queue.add_after(key, left)
+            return False
+        return await self._release(key, workload, holder, state.releases, now)
+
+    def _holder(
+        self, key: str, workload: Mapping[str, Any], placement: Placement, since: float
+    ) -> Holder:
+        admission = (workload.get("status") or {}).get("admission") or {}
+        cluster_queue = str(admission.get("clusterQueue") or "")
+        return Holder(
+            key,
+            cluster_queue,
+            self._cohort(cluster_queue),
+            admission_usage(admission),
+            placement.waiting_for,
+            since,
+            str((workload.get("metadata") or {}).get("creationTimestamp") or ""),
+        )
+
+    async def _placement_now(
+        self, key: str, workload: Mapping[str, Any], check: str
+    ) -> Placement | None:
+        """A fresh placement of a quota-holding workload (``explain``); None when the pipeline
+        gave no usable decision."""
+        current = tuple(
+            str(n) for n in (workload.get("status") or {}).get("nominatedClusterNames") or ()
+        )
+        record = Record(nominated=current, nominated_at=self._now() if current else None)
+        candidates, request, snapshots = self._inputs(workload, check, record, current, self._now())
+        decision = await self._decide(key, request, snapshots)
+        if decision is None or decision.withheld:
+            return None
+        return await self._placement(key, decision, candidates, request, current)
+
+    async def explain_outage(self, key: str) -> list[str]:
+        """``explain``'s lines on a worker outage: whether a quota-holding workload is
+        unplaceable (and which unreachable workers could run it), whether we released it, and
+        for one pending with "insufficient unused quota" the unplaceable workloads holding
+        that quota in its ClusterQueue or cohort (judged now, from the mirrors)."""
+        namespace, _, name = key.partition("/")
+        cache = self.registry.manager.cache("workloads")
+        workload = cache.get(name, namespace)
+        if workload is None:
+            return []
+        lines = []
+        state = released_state(workload)
+        if (workload.get("spec") or {}).get("active") is False and state.released_at is not None:
+            lines.append(
+                f"released by the dispatcher (release {state.releases}, waiting for "
+                f"{', '.join(state.waiting_for) or 'an eligible worker'}): it reactivates it "
+                f"when an eligible worker is reachable"
+            )
+            return lines
+        checks = self.registry.multikueue_checks()
+        verdict = eligibility(workload, checks)
+        if verdict.eligible and verdict.check is not None:
+            placement = await self._placement_now(key, workload, verdict.check)
+            if placement is not None and placement.unplaceable:
+                holder = self._holder(key, workload, placement, self._now())
+                lines.append(
+                    f"unplaceable: holds quota on the manager ({_quota_text(holder.usage)} in "
+                    f"ClusterQueue {holder.cluster_queue}) and no reachable worker can run it; "
+                    f"eligible workers unreachable: {placement.describe()}"
+                )
+            elif placement is not None and placement.reachable:
+                lines.append(
+                    f"placeable: reachable eligible workers {', '.join(placement.reachable)}"
+                )
+            return lines
+        pairs = starved_on(workload)
+        if not pairs:
+            return lines
+        cluster_queue = self._queue_of(workload)
+        cohort = self._cohort(cluster_queue)
+        cohorts = {
+            str(cq["metadata"]["name"]): self._cohort(str(cq["metadata"]["name"]))
+            for cq in self.registry.manager.cache("clusterqueues").items()
+        }
+        for other in cache.items():
+            admission = (other.get("status") or {}).get("admission") or {}
+            held_in = str(admission.get("clusterQueue") or "")
+            if not held_in or not (
+                held_in == cluster_queue or (cohort and cohorts.get(held_in) == cohort)
+            ):
+                continue
+            other_key = _key_of(other)
+            judged = eligibility(other, checks)
+            if other_key in self.outage.holders or not judged.eligible or judged.check is None:
+                continue
+            placement = await self._placement_now(other_key, other, judged.check)
+            if placement is not None and placement.unplaceable:
+                self.outage.holders[other_key] = self._holder(
+                    other_key, other, placement, self._now()
+                )
+        found_in, holders = self.blocking_holders(workload)
+        wanted = ", ".join(f"{resource} in flavor {flavor}" for flavor, resource in pairs)
+        if holders:
+            lines.append(starved_message(found_in, holders))
+        elif cluster_queue:
+            lines.append(
+                f"pending on the manager (insufficient unused quota for {wanted} in "
+                f"ClusterQueue {cluster_queue}); no unplaceable workload holds it"
+            )
+        else:
+            queue = (workload.get("spec") or {}).get("queueName")
+            lines.append(
+                f"pending on the manager (insufficient unused quota for {wanted}); its "
+                f"ClusterQueue is unknown (no LocalQueue {queue!r} in the mirror)"
+            )
+        return lines
+
+    def _no_longer_unplaceable(self, key: str, record: Record) -> None:
+        holder = self.outage.holders.pop(key, None)
+        record.outage_message = ""
+        if holder is not None:
+            log.info("workload %s is no longer unplaceable", key, extra={"workload": key})
+            self._publish_outage()
+            self._requeue_starved(holder)
+
+    async def _outside_dispatch(
+        self, key: str, workload: Mapping[str, Any], record: Record
+    ) -> None:
+        """A workload the dispatcher does not nominate for: no longer a holder; a released one
+        is kept for the restorer; a pending one may be starved behind unplaceable holders."""
+        self.outage.index(key, ())
+        self._no_longer_unplaceable(key, record)
+        record.placement = None
+        state = released_state(workload)
+        if (workload.get("spec") or {}).get("active") is False and state.released_at is not None:
+            self._released[key] = str((workload.get("metadata") or {}).get("creationTimestamp"))
+            self.outage.starved.pop(key, None)
+            self.outage.pending_quota.pop(key, None)
+            self.outage.index(key, state.waiting_for)
+            self._restore_wake.set()
+            return
+        self._released.pop(key, None)
+        await self._check_starved(key, workload, record)
+
+    def _cohort(self, cluster_queue: str) -> str:
+        found = self.registry.manager.cache("clusterqueues").get(cluster_queue) or {}
+        spec = found.get("spec") or {}
+        return str(spec.get("cohortName") or spec.get("cohort") or "")
+
+    def _queue_of(self, workload: Mapping[str, Any]) -> str:
+        """The manager ClusterQueue behind a workload's LocalQueue ('' when unknown)."""
+        meta = workload.get("metadata") or {}
+        queue = str((workload.get("spec") or {}).get("queueName") or "")
+        if not queue:
+            return ""
+        local = self.registry.manager.cache("localqueues").get(queue, str(meta.get("namespace")))
+        return str(((local or {}).get("spec") or {}).get("clusterQueue") or "")
+
+    def blocking_holders(self, workload: Mapping[str, Any]) -> tuple[str, list[Holder]]:
+        """For a workload pending on the manager with "insufficient unused quota": its
+        ClusterQueue and the unplaceable holders in it or its cohort that hold a flavor and
+        resource it lacks, oldest first (empty when none)."""
+        pairs = starved_on(workload)
+        if not pairs or not self.outage.holders:
+            return "", []
+        cluster_queue = self._queue_of(workload)
+        if not cluster_queue:
+            return "", []
+        holders = self.outage.holders_for(cluster_queue, self._cohort(cluster_queue))
+        return cluster_queue, [h for h in holders if any(p in h.usage for p in pairs)]
+
+    async def _check_starved(self, key: str, workload: Mapping[str, Any], record: Record) -> None:
+        """A ``BlockedByUnplaceable`` Event (once per change) on a workload waiting for manager
+        quota that unplaceable workloads hold."""
+        pairs = starved_on(workload)
+        queued = not pairs and untried(workload)
+        cluster_queue = self._queue_of(workload) if pairs or queued else ""
+        if cluster_queue:
+            self.outage.pending_quota[key] = cluster_queue
+        else:
+            self.outage.pending_quota.pop(key, None)
+        if queued and cluster_queue:
+            holders = self._holders_ahead(cluster_queue, requested_resources(workload))
+        else:
+            _, holders = self.blocking_holders(workload) if cluster_queue else ("", [])
+        if not holders:
+            self.outage.starved.pop(key, None)
+            record.starved_message = ""
+            return
+        newly = key not in self.outage.starved
+        self.outage.starved[key] = cluster_queue
+        if newly and not queued:
+            # Workloads queued behind this one that Kueue has not tried yet wait for the same.
+            self._requeue_pending(cluster_queue, self._cohort(cluster_queue))
+        message = starved_message(cluster_queue, holders)
+        if queued:
+            message = (
+                message + "; Kueue has not tried it yet: it is queued behind workloads short of "
+                "the same quota"
+            )[:1024]
+        if message != record.starved_message:
+            record.starved_message = message
+            log.warning("workload %s %s", key, message, extra={"workload": key})
+            await self._event(workload, "BlockedByUnplaceable", message, "Warning")
+
+    def _holders_ahead(self, cluster_queue: str, resources: set[str]) -> list[Holder]:
+        """For a workload Kueue has not tried yet: the unplaceable holders of a flavor and
+        resource it requests that a starved workload of its ClusterQueue (or cohort) is short
+        of (Kueue reported it "insufficient unused quota")."""
+        cohort = self._cohort(cluster_queue)
+        cohorts = self._cohorts()
+        cache = self.registry.manager.cache("workloads")
+        short: set[tuple[str, str]] = set()
+        for key, cq in self.outage.starved.items():
+            if not (cq == cluster_queue or (cohort and cohorts.get(cq, "") == cohort)):
+                continue
+            namespace, _, name = key.partition("/")
+            found = cache.get(name, namespace)
+            if found is not None:
+                short.update(p for p in starved_on(found) if p[1] in resources)
+        if not short:
+            return []
+        holders = self.outage.holders_for(cluster_queue, cohort)
+        return [h for h in holders if any(p in h.usage for p in short)]
+
+    def _cohorts(self) -> dict[str, str]:
+        return {
+            str(cq["metadata"]["name"]): self._cohort(str(cq["metadata"]["name"]))
+            for cq in self.registry.manager.cache("clusterqueues").items()
+        }
+
+    def _requeue_pending(self, cluster_queue: str, cohort: str) -> None:
+        for key in self.outage.pending_in(cluster_queue, cohort, self._cohorts()):
+            self.queue.add(key)
+
+    def _requeue_starved(self, holder: Holder) -> None:
+        """The holders of a ClusterQueue (or cohort) changed: look again at the workloads
+        pending for quota there (their Event names the holders; one pending before the holder
+        appeared is starved by it now)."""
+        if self.outage.pending_quota:
+            self._requeue_pending(holder.cluster_queue, holder.cohort)
+
+    def _publish_outage(self) -> None:
+        if self.metrics is not None:
+            self.metrics.set_unplaceable(self.outage.quota(), self.outage.counts())
+
+    async def _release(
+        self, key: str, workload: Mapping[str, Any], holder: Holder, releases: int, now: float
+    ) -> bool:
+        """Deactivate an unplaceable workload (``spec.active: false``) so that Kueue evicts it
+        and releases its manager quota; annotated so that only such workloads are restored.
+        Conditioned on the resourceVersion the placement was judged on."""
+        meta = workload["metadata"]
+        body = {
+            "metadata": {
+                "resourceVersion": str(meta.get("resourceVersion", "")),
+                "annotations": {
+                    RELEASED_AT: format_time(now),
+                    RELEASED_FOR: ",".join(holder.waiting_for),
+                    RELEASES: str(releases + 1),
+                },
+            },
+            "spec": {"active": False},
+        }
+        try:
+            await self.registry.manager.api.request(
+                "PATCH",
+                WORKLOADS.path(meta["namespace"], meta["name"]),
+                body=body,
+                content_type=MERGE_PATCH,
+            )
+        except ApiError as error:
+            if error.status == 409:
+                self.queue.add(key)  # changed meanwhile: judge it again
+                return True
+            raise WriteFailed(error) from error
+        self.releases += 1
+        if self.metrics is not None:
+            self.metrics.unplaceable_action("release", cluster_queue=holder.cluster_queue)
+        waited = now - holder.since
+        message = (
+            f"released its manager quota ({_quota_text(holder.usage)} in ClusterQueue "
+            f"{holder.cluster_queue}): deactivated (spec.active=false) after {waited:.0f}s "
+            f"unplaceable, waiting for {', '.join(holder.waiting_for)}; the dispatcher "
+            f"reactivates it when an eligible worker is reachable (release {releases + 1})"
+        )
+        log.warning("workload %s %s", key, message, extra={"workload": key})
+        await self._event(workload, "QuotaReleased", message, "Warning")
+        return True
+
+    async def _restorer(self) -> None:
+        """Reactivate released workloads once an eligible worker is reachable, oldest first
+        (woken by a worker's reachability change and by a released workload's reconcile)."""
+        while True:
+            await self._restore_wake.wait()
+            try:
+                await self.restore_ready()
+            except Exception:
+                log.exception("restoring released workloads failed")
+                if self.metrics is not None:
+                    self.metrics.error("unexpected")
+
+    async def restore_ready(self) -> list[str]:
+        """Restore every released workload that an eligible worker can run again, in Kueue's
+        queue order (creationTimestamp, then name); the keys restored."""
+        while True:
+            self._restore_wake = anyio.Event()
+            ready = await self._ready_to_restore()
+            if not self._restore_wake.is_set():
+                break
+            # Something changed while they were judged (a worker came back): judge them all
+            # again, so the order covers every workload restorable now.
+        restored = []
+        for _, key, held, back in sorted(ready, key=lambda r: (r[0], r[1])):
+            if await self._restore(key, held, back):
+                restored.append(key)
+        return restored
+
+    async def _ready_to_restore(
+        self,
+    ) -> list[tuple[str, str, Mapping[str, Any], tuple[str, ...]]]:
+        cache = self.registry.manager.cache("workloads")
+        ready: list[tuple[str, str, Mapping[str, Any], tuple[str, ...]]] = []
+        for key, created in list(self._released.items()):
+            namespace, _, name = key.partition("/")
+            workload = cache.get(name, namespace)
+            state = released_state(workload) if workload is not None else None
+            if (
+                workload is None
+                or state is None
+                or state.released_at is None
+                or (workload.get("spec") or {}).get("active") is not False
+            ):
+                self._released.pop(key, None)
+                continue
+            reachable = await self._restorable(key, workload, state.waiting_for)
+            if reachable:
+                ready.append((created, key, workload, reachable))
+        return ready
+
+    async def _restorable(
+        self, key: str, workload: Mapping[str, Any], waiting_for: tuple[str, ...]
+    ) -> tuple[str, ...]:
+        """The reachable workers that make a released workload placeable again: one it waited
+        for, else any the pipeline keeps now; empty when none is."""
+        check, _ = multikueue_check_state(workload, self.registry.multikueue_checks())
+        if check is None:
+            return tuple(
+                n
+                for n in waiting_for
+                if (v := self.registry.activeness(n)) is not None and v.active
+            )
+        candidates, _ = self.registry.candidates(check)
+        back = tuple(c.name for c in candidates if c.active and c.name in waiting_for)
+        if back:
+            return back
+        if not any(c.active for c in candidates):
+            return ()
+        try:
+            _, request, snapshots = self._inputs(workload, check, Record(), (), self._now())
+        except InvalidField:
+            return ()
+        decision = await self._decide(key, request, snapshots)
+        return () if decision is None or decision.withheld else decision.kept
+
+    async def _restore(
+        self, key: str, workload: Mapping[str, Any], reachable: tuple[str, ...]
+    ) -> bool:
+        meta = workload["metadata"]
+        now = self._now()
+        body = {
+            "metadata": {
+                "resourceVersion": str(meta.get("resourceVersion", "")),
+                "annotations": {RELEASED_AT: None, RESTORED_AT: format_time(now)},
+            },
+            "spec": {"active": True},
+        }
+        try:
+            await self.registry.manager.api.request(
+                "PATCH",
+                WORKLOADS.path(meta["namespace"], meta["name"]),
+                body=body,
+                content_type=MERGE_PATCH,
+            )
+        except ApiError as error:
+            # Its next change (or the resync) reconciles it and wakes the restorer again.
+            log.warning("could not restore workload %s: %s", key, error, extra={"workload": key})
+            if self.metrics is not None:
+                self.metrics.error("write_conflict" if error.status == 409 else "write")
+            self.queue.add_after(key, 1.0 if error.status == 409 else self.config.resync_seconds)
+            return False
+        self._released.pop(key, None)
+        self.restores += 1
+        if self.metrics is not None:
+            cluster_queue = str(
+                ((workload.get("status") or {}).get("admission") or {}).get("clusterQueue") or ""
+            ) or self._queue_of(workload)
+            self.metrics.unplaceable_action("restore", cluster_queue=cluster_queue)
+        message = (
+            f"reactivated (spec.active=true): eligible worker {', '.join(reachable)} is "
+            f"reachable again; Kueue queues it again in creation order"
+        )
+        log.info("workload %s %s", key, message, extra={"workload": key})
+        await self._event(workload, "QuotaRestored", message, "Normal")
+        return True
 
     def _not_eligible(self, key: str, workload: Mapping[str, Any], record: Record) -> None:
         status = workload.get("status") or {}
@@ -1092,10 +1717,11 @@ class Nominator:
     async def _event_once(
         self, workload: Mapping[str, Any], record: Record, reason: str, message: str, kind: str
     ) -> bool:
-        """:meth:`_event` unless ``message`` is the workload's last Event message (a workload
-        decided again and again for the same reason does not accumulate Events); whether it
-        was recorded."""
-        if message == record.event_message:
+        """:meth:`_event` unless ``message`` is the workload's last Event message, durations
+        aside (a workload decided again and again for the same reason does not accumulate
+        Events, even when the reason counts how long a worker has been lost); whether it was
+        recorded."""
+        if _DURATION.sub("#s", message) == _DURATION.sub("#s", record.event_message):
             return False
         record.event_message = message
         await self._event(workload, reason, message, kind)

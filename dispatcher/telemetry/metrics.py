@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
@@ -224,6 +224,32 @@ EVENT_LOOP_TASKS = Series(
     "scraped outside an event loop); flat over time when no task leaks (docs/soak.md).",
 )
 
+UNPLACEABLE_QUOTA = Series(
+    PREFIX + "unplaceable_quota",
+    "gauge",
+    "1",
+    ("cluster_queue", "flavor", "resource"),
+    "Manager quota held by unplaceable workloads (quota reserved on the manager, no worker "
+    "that could run them reachable; docs/outage.md), per ClusterQueue, flavor and resource, in "
+    "the resource's unit (cores, bytes, devices). Series of a ClusterQueue without such "
+    "workloads are not exported.",
+)
+UNPLACEABLE_WORKLOADS = Series(
+    PREFIX + "unplaceable_workloads",
+    "gauge",
+    "1",
+    ("cluster_queue",),
+    "Unplaceable workloads per ClusterQueue of the manager (docs/outage.md).",
+)
+UNPLACEABLE_ACTIONS = Series(
+    PREFIX + "unplaceable_actions",
+    "counter",
+    "1",
+    ("cluster_queue", "action"),
+    "What the opt-in unplaceable_release policy did: action 'release' (deactivated a workload "
+    "to release its manager quota) or 'restore' (reactivated one it released).",
+)
+
 SERIES: tuple[Series, ...] = (
     NOMINATIONS,
     DECISION_LATENCY,
@@ -237,6 +263,9 @@ SERIES: tuple[Series, ...] = (
     PLUGIN_INFO,
     STUCK_WORKLOADS,
     EVENT_LOOP_TASKS,
+    UNPLACEABLE_QUOTA,
+    UNPLACEABLE_WORKLOADS,
+    UNPLACEABLE_ACTIONS,
 )
 """Every series the facade registers."""
 
@@ -273,6 +302,8 @@ class Metrics:
         self._connection: dict[str, ConnectionState] = {}
         self._queue_depth = 0
         self._plugins: set[tuple[str, str, str]] = set()
+        self._unplaceable_quota: dict[tuple[str, str, str], int] = {}
+        self._unplaceable_counts: dict[str, int] = {}
 
         def counter(series: Series) -> Counter:
             return meter.create_counter(
@@ -292,6 +323,7 @@ class Metrics:
         self._filtered = counter(FILTERED_CLUSTERS)
         self._no_feasible = counter(NO_FEASIBLE_CLUSTER)
         self._stuck = counter(STUCK_WORKLOADS)
+        self._unplaceable_actions = counter(UNPLACEABLE_ACTIONS)
         self._decision_latency = histogram(DECISION_LATENCY, DECISION_LATENCY_BUCKETS)
         self._time_to_admission = histogram(TIME_TO_ADMISSION, TIME_TO_ADMISSION_BUCKETS)
         for series, callback in (
@@ -300,6 +332,8 @@ class Metrics:
             (QUEUE_DEPTH, self._observe_queue_depth),
             (PLUGIN_INFO, self._observe_plugins),
             (EVENT_LOOP_TASKS, self._observe_event_loop_tasks),
+            (UNPLACEABLE_QUOTA, self._observe_unplaceable_quota),
+            (UNPLACEABLE_WORKLOADS, self._observe_unplaceable_workloads),
         ):
             meter.create_observable_gauge(
                 series.instrument,
@@ -391,7 +425,23 @@ class Metrics:
         """Count one workload found stuck by the field-manager pitfall (contract C43)."""
         self._stuck.add(1, {"cluster_queue": cluster_queue, "replica_role": self._role})
 
+    def unplaceable_action(
+        self, action: Literal["release", "restore"], *, cluster_queue: str
+    ) -> None:
+        """Count one release or restore of the unplaceable_release policy."""
+        self._unplaceable_actions.add(
+            1, {"cluster_queue": cluster_queue, "action": action, "replica_role": self._role}
+        )
+
     # -- gauges -----------------------------------------------------------------------------
+
+    def set_unplaceable(
+        self, quota: Mapping[tuple[str, str, str], int], counts: Mapping[str, int]
+    ) -> None:
+        """Set the quota unplaceable workloads hold, per ``(cluster_queue, flavor, resource)``
+        in milli-units, and their number per ClusterQueue (replacing the previous values)."""
+        self._unplaceable_quota = dict(quota)
+        self._unplaceable_counts = dict(counts)
 
     def set_in_flight(self, cluster: str, count: int) -> None:
         """Set the number of nominations to ``cluster`` not yet admitted there."""
@@ -431,6 +481,23 @@ class Metrics:
             )
             for cluster, current in sorted(self._connection.items())
             for state in ConnectionState
+        ]
+
+    def _observe_unplaceable_quota(self, options: CallbackOptions) -> Iterable[Observation]:
+        role = self._role
+        return [
+            Observation(
+                amount / 1000,
+                {"cluster_queue": cq, "flavor": flavor, "resource": resource, "replica_role": role},
+            )
+            for (cq, flavor, resource), amount in sorted(self._unplaceable_quota.items())
+        ]
+
+    def _observe_unplaceable_workloads(self, options: CallbackOptions) -> Iterable[Observation]:
+        role = self._role
+        return [
+            Observation(count, {"cluster_queue": cq, "replica_role": role})
+            for cq, count in sorted(self._unplaceable_counts.items())
         ]
 
     def _observe_queue_depth(self, options: CallbackOptions) -> Iterable[Observation]:

@@ -32,6 +32,7 @@ from dispatcher.sandbox.fakeapi import FakeCluster
 from dispatcher.sandbox.kueue_crds import KUEUE_SHORT_FORMS
 from dispatcher.sandbox.testkit import VirtualClock, b64, multikueue_cluster_status
 from dispatcher.sandbox.topology import multikueue_admission_check
+from dispatcher.telemetry.metrics import Metrics
 
 Obj = dict[str, Any]
 Decide = Callable[[DispatchRequest, Sequence[ClusterSnapshot]], Decision]
@@ -117,6 +118,8 @@ class World:
     group: TaskGroup
     registry: ClusterRegistry | None = None
     nominator: Nominator | None = None
+    metrics: Metrics | None = None
+    """Given to the registry and the loop of the next :meth:`start_dispatcher` when set."""
     reconciles: dict[str, int] = field(default_factory=dict)
     seen: dict[str, str] = field(default_factory=dict)
     """The resourceVersion of each workload its last finished reconcile started from."""
@@ -199,8 +202,11 @@ class World:
             reconnect=BackoffPolicy(),
             clock=self.clock,
             on_change=on_change,
+            metrics=self.metrics,
         )
-        nominator = Nominator(registry, self.decide, config=self.config, now=now or self.now)
+        nominator = Nominator(
+            registry, self.decide, config=self.config, now=now or self.now, metrics=self.metrics
+        )
         reconcile = nominator.reconcile
 
         async def counted(key: str) -> None:

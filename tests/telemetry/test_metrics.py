@@ -35,6 +35,8 @@ def exercise(metrics: Metrics) -> None:
     metrics.stuck_workload(cluster_queue="cq-gpu")
     metrics.filtered_cluster(plugin="gpu-type", reason=RejectionReason.GPU_TYPE_MISMATCH)
     metrics.no_feasible_cluster(cluster_queue="cq-gpu", algorithm="a+b")
+    metrics.set_unplaceable({("cq-gpu", "default-flavor", "nvidia.com/gpu"): 8000}, {"cq-gpu": 1})
+    metrics.unplaceable_action("release", cluster_queue="cq-gpu")
 
 
 def scrape(metrics: Metrics) -> str:
@@ -208,3 +210,27 @@ def test_every_error_kind_and_rejection_reason_is_documented() -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     section = readme[readme.index("### Metrics") : readme.index("### RBAC")]
     assert [code.value for code in RejectionReason if f"`{code.value}`" not in section] == []
+
+
+def test_unplaceable_gauges_are_in_the_resources_unit_and_replaced_as_a_whole(
+    metrics: Metrics,
+) -> None:
+    """The held quota is exported in the resource's unit (8 GPUs, not 8000 milli-units), and a
+    new set of values replaces the old one: a ClusterQueue without unplaceable workloads
+    exports no series."""
+    metrics.set_unplaceable(
+        {
+            ("cq-gpu", "default-flavor", "nvidia.com/gpu"): 8000,
+            ("cq-gpu", "default-flavor", "cpu"): 500,
+        },
+        {"cq-gpu": 1},
+    )
+    found = {
+        (labels["flavor"], labels["resource"]): value
+        for _, labels, value in samples(scrape(metrics), "multikueue_dispatcher_unplaceable_quota")
+    }
+    assert found == {("default-flavor", "nvidia.com/gpu"): 8.0, ("default-flavor", "cpu"): 0.5}
+    metrics.set_unplaceable({}, {})
+    text = scrape(metrics)
+    assert samples(text, "multikueue_dispatcher_unplaceable_quota") == []
+    assert samples(text, "multikueue_dispatcher_unplaceable_workloads") == []

@@ -52,6 +52,8 @@ def test_every_registered_series_is_documented_and_vice_versa() -> None:
         metrics.stuck_workload(cluster_queue="q")
         metrics.filtered_cluster(plugin="p", reason=RejectionReason.OTHER)
         metrics.no_feasible_cluster(cluster_queue="q", algorithm="a")
+        metrics.set_unplaceable({("q", "f", "cpu"): 1000}, {"q": 1})
+        metrics.unplaceable_action("restore", cluster_queue="q")
         text = generate_latest(metrics.registry).decode()
     finally:
         metrics.shutdown()

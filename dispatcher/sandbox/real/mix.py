@@ -240,3 +240,171 @@ async def run_mix(
         seconds=seconds,
         followed=followed,
     )
+
+
+@dataclass
+class OutageOutcome:
+    """What happened to a mix when one worker's API server was killed mid-run (issue 17)."""
+
+    submitted: int
+    elsewhere: int
+    """Jobs that another (reachable) worker can run."""
+    admitted_elsewhere: int
+    """Of those, admitted (``clusterName`` set) or finished by the end of the outage phase."""
+    starved: list[str]
+    """Of those, not admitted by then."""
+    last_admission_seconds: float | None
+    """From submission to the last admission of the outage phase (None: none)."""
+    events: dict[str, int]
+    """The dispatcher's Events by reason (Unplaceable, BlockedByUnplaceable, QuotaReleased,
+    QuotaRestored) at the end of the outage phase, then after the worker came back."""
+    held: int
+    """Jobs only the killed worker can run."""
+    held_admitted_after_back: int | None
+    """Of those, admitted on the killed worker after it came back (None: not brought back)."""
+    back_seconds: float | None
+    """From the worker's return until the last held Job was admitted there (None: not all)."""
+    followed: dict[str, Followed]
+
+    def pending_messages(self) -> dict[str, str]:
+        """The manager's ``QuotaReserved`` reason and message of each starved Job, as last
+        seen."""
+        out: dict[str, str] = {}
+        for key in self.starved:
+            last = self.followed[key].last or {}
+            condition = next(
+                (
+                    c
+                    for c in (last.get("status") or {}).get("conditions") or []
+                    if c.get("type") == "QuotaReserved"
+                ),
+                None,
+            )
+            out[key] = (
+                "no QuotaReserved condition"
+                if condition is None
+                else f"{condition.get('status')} {condition.get('reason')}: "
+                f"{condition.get('message')}"
+            )
+        return out
+
+    def line(self) -> str:
+        """One line for logs and figures."""
+        last = "-" if self.last_admission_seconds is None else f"{self.last_admission_seconds:.0f}"
+        back = ""
+        if self.held_admitted_after_back is not None:
+            took = "-" if self.back_seconds is None else f"{self.back_seconds:.0f}"
+            back = f"; back: {self.held_admitted_after_back}/{self.held} held admitted ({took} s)"
+        return (
+            f"admitted elsewhere {self.admitted_elsewhere}/{self.elsewhere}, starved "
+            f"{len(self.starved)}, last admission at {last} s; events {self.events}{back}"
+        )
+
+
+async def _events(running: RealTopology) -> dict[str, int]:
+    async with running.plane.manager.client("mkd-real-outage-events") as api:
+        events = await api.request("GET", "/api/v1/events")
+    counts: dict[str, int] = {}
+    for event in events.get("items") or []:
+        if (event.get("source") or {}).get("component") == "multikueue-dispatcher":
+            reason = str(event.get("reason"))
+            counts[reason] = counts.get(reason, 0) + 1
+    return counts
+
+
+async def run_outage(
+    directory: Path,
+    topology: Topology,
+    lines: Sequence[WorkloadLine],
+    only_on: set[str],
+    *,
+    worker: str,
+    kill_after: float,
+    dispatcher: Dispatcher = "external",
+    settings: Mapping[str, Any] | None = None,
+    outage_seconds: float = 150.0,
+    back: bool = False,
+    back_deadline: float = 240.0,
+    time_scale: float = 10.0,
+) -> OutageOutcome:
+    """Run ``lines`` on real Kueue; ``kill_after`` seconds after the submission, SIGKILL the API
+    server of ``worker`` (the Jobs in ``only_on`` can run only there). Wait until every other
+    Job is admitted or ``outage_seconds`` pass; then, with ``back``, start the API server again
+    and wait until the ``only_on`` Jobs are admitted there (or ``back_deadline`` passes)."""
+    name = {"external": DISPATCHER_NAME} | BUILTIN_DISPATCHERS
+    async with (
+        real_topology(
+            directory, topology, dispatcher_name=name[dispatcher], time_scale=time_scale
+        ) as running,
+        anyio.create_task_group() as group,
+    ):
+        jobs = {f"{line.namespace}/{line.name}" for line in lines}
+        elsewhere = jobs - only_on
+        observer = _Observer(running, jobs)
+        last: float | None = None
+        try:
+            await group.start(observer.run)
+            if dispatcher == "external":
+                await start_dispatcher_with(
+                    group,
+                    running.kubeconfig_path(running.plane.manager.name),
+                    DISPATCHER_NAME,
+                    {"log_level": "warning"} | dict(settings or {}),
+                )
+            started = time.monotonic()
+            async with running.plane.manager.client("mkd-real-outage-submit") as api:
+                await submit_workloads(api, lines, topology)
+            await anyio.sleep(max(0.0, started + kill_after - time.monotonic()))
+            await running.plane.cluster(worker).stop_apiserver()
+            log.warning("killed the API server of %s at %.1f s", worker, kill_after)
+            admitted_at: dict[str, float] = {}
+
+            def placed(key: str) -> bool:
+                item = observer.followed[key]
+                done = bool(item.cluster or item.finished)
+                if done and key not in admitted_at:
+                    admitted_at[key] = time.monotonic() - started
+                return done
+
+            # Every key is looked at on every change (no short cut), so each admission's time is
+            # taken when it is first seen.
+            await observer.wait(
+                lambda: sum(placed(k) for k in elsewhere) == len(elsewhere), outage_seconds
+            )
+            for key in jobs:
+                placed(key)
+            starved = sorted(k for k in elsewhere if k not in admitted_at)
+            times = [admitted_at[k] for k in elsewhere if k in admitted_at]
+            last = max(times) if times else None
+            events = await _events(running)
+            held_admitted: int | None = None
+            back_seconds: float | None = None
+            if back:
+                await running.plane.cluster(worker).start_apiserver()
+                returned = time.monotonic()
+
+                def there(key: str) -> bool:
+                    return observer.followed[key].cluster == worker
+
+                if await observer.wait(lambda: all(there(k) for k in only_on), back_deadline):
+                    back_seconds = time.monotonic() - returned
+                held_admitted = sum(1 for k in only_on if there(k))
+                after = await _events(running)
+                events = {
+                    reason: events.get(reason, 0) for reason in sorted(set(events) | set(after))
+                } | {f"{r}_after_back": after[r] - events.get(r, 0) for r in after}
+        finally:
+            await observer.close()
+            group.cancel_scope.cancel()
+    return OutageOutcome(
+        submitted=len(lines),
+        elsewhere=len(elsewhere),
+        admitted_elsewhere=len(elsewhere) - len(starved),
+        starved=starved,
+        last_admission_seconds=last,
+        events=events,
+        held=len(only_on),
+        held_admitted_after_back=held_admitted,
+        back_seconds=back_seconds,
+        followed=observer.followed,
+    )

@@ -18,6 +18,7 @@ from dispatcher.kueue.flavorfit import quota_requests
 from dispatcher.kueue.objects import (
     parse_pod_set,
 )
+from dispatcher.kueue.quantities import parse_quantity
 from dispatcher.sandbox.kueue.core.cache import PassState, uid_of
 from dispatcher.sandbox.kueue.core.constants import (
     ADMISSION_GATED,
@@ -46,6 +47,28 @@ from dispatcher.sandbox.kueue.runtime import (
 
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 _NUMBERS = re.compile(r"\d[\w.]*")
+
+
+_SHORT_FLAVOR = re.compile(r"insufficient quota in flavor (\S+): ((?:[^;()\s]+ \([^)]*\)(?:; )?)+)")
+_SHORT_RESOURCE = re.compile(r"(\S+) \(requested ([^,]+), available ([^)]+)\)")
+
+
+def kueue_wait_message(reason: str) -> str:
+    """Kueue's wording for a workload that fits its ClusterQueue but not the quota free now:
+    each ``insufficient quota in flavor F: R (requested A, available B)`` of the shared flavor
+    fit becomes ``insufficient unused quota for R in flavor F, A-B more needed`` (Kueue's
+    flavor assigner, ``flavorassigner.go``)."""
+
+    def flavor(match: re.Match[str]) -> str:
+        name = match[1]
+        return "; ".join(
+            f"insufficient unused quota for {resource} in flavor {name}, "
+            f"{format_resource_quantity(resource, parse_quantity(wanted) - parse_quantity(free))}"
+            " more needed"
+            for resource, wanted, free in _SHORT_RESOURCE.findall(match[2])
+        ) + ("; " if match[2].endswith("; ") else "")
+
+    return _SHORT_FLAVOR.sub(flavor, reason)
 
 
 def _granular_inadmissible(message: str) -> str:
@@ -105,7 +128,8 @@ class Scheduler(WorkloadStatusWriter):
         for ev in plan.admitted:
             await self._reserve(state, by_key[ev.key], ev)
         for ev in plan.pending:
-            await self._set_pending(by_key[ev.key], self._pending_reason(ev), ev.reason)
+            message = kueue_wait_message(ev.reason) if ev.mode == "wait" else ev.reason
+            await self._set_pending(by_key[ev.key], self._pending_reason(ev), message)
 
     async def _set_pending(self, wl: Obj, reason: str, message: str) -> None:
         """``QuotaReserved=False`` with Kueue's reason and message, written only on change.
