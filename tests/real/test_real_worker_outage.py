@@ -76,8 +76,9 @@ async def test_worker_killed_mid_mix(
         settings={"unplaceable_release": release, "unplaceable_patience_seconds": 10.0},
         # With the policy on, a deadline (every Job another worker can run is admitted in
         # about 40 s); off, and under AllAtOnce, the window in which nothing more is admitted:
-        # 50 s after the last admission (10-13 s), where Kueue's own next step for these
-        # workloads would be workerLostTimeout (15 min), which applies only to admitted ones.
+        # 60 s after the kill, while the last admission comes 10-13 s after the submission, and
+        # no Kueue timer would release the holders (workerLostTimeout applies only to workloads
+        # admitted on the lost worker).
         outage_seconds=120.0 if release else 60.0,
         back=release,
     )
