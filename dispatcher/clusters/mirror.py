@@ -99,6 +99,16 @@ class Mirror:
             if not self.watched[key].optional
         )
 
+    @property
+    def streaming(self) -> bool:
+        """Every available resource has a watch stream open now (after a list, ``connected``
+        holds before the stream is opened)."""
+        return all(
+            cache.streaming
+            for key, cache in self.caches.items()
+            if key not in self.unavailable or not self.watched[key].optional
+        )
+
     def cache(self, key: str) -> ObjectCache:
         """The cache of one resource."""
         return self.caches[key]

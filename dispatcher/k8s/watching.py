@@ -384,6 +384,8 @@ class ObjectCache:
         self.objects: dict[Key, Obj] = {}
         self.synced = False
         self.connected = False
+        self.streaming = False
+        """A watch stream is open now (its :class:`Watching` arrived; not after a list alone)."""
         self.resource_version = ""
         self.lists = 0
 
@@ -402,12 +404,15 @@ class ObjectCache:
                 del self.objects[key]
             self.synced = True
             self.connected = True
+            self.streaming = False
             self.resource_version = item.resource_version
             self.lists += 1
         elif isinstance(item, Watching):
             self.connected = True
+            self.streaming = True
         else:
             self.connected = False
+            self.streaming = False
 
     def get(self, name: str, namespace: str = "") -> Obj | None:
         """One object, or None."""

@@ -559,7 +559,11 @@ async def test_a_mirror_blink_inside_the_stale_grace_releases_nothing() -> None:
         worker = env.mirrors.workers["w2"]
         reconciles = env.reconciles["default/job"]
         for _ in range(3):
-            await clock.advance(2.0)  # healthy streams between blinks
+            # Healthy streams between blinks: every stream open before the clock moves (a
+            # stream opened after the advance is not healthy when it is cut, and its loop backs
+            # off longer than this test counts on; seen once in CI).
+            await env.wait(lambda: worker.mirror is not None and worker.mirror.streaming)
+            await clock.advance(2.0)
             await env.workers["w2"].down()
             await env.wait(lambda: worker.stale_since is not None)
             started = worker.stale_since

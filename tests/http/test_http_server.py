@@ -175,6 +175,8 @@ async def test_metrics_scrape_shows_the_documented_series_with_their_types() -> 
         metrics.stuck_workload(cluster_queue="cq-gpu")
         metrics.filtered_cluster(plugin="gpu-type", reason=RejectionReason.GPU_TYPE_MISMATCH)
         metrics.no_feasible_cluster(cluster_queue="cq-gpu", algorithm="capacity-first")
+        metrics.set_unplaceable({("cq-gpu", "default-flavor", "nvidia.com/gpu"): 2}, {"cq-gpu": 1})
+        metrics.unplaceable_action("release", cluster_queue="cq-gpu")
         async with running(registry=metrics.registry) as bound:
             status, content_type, text = await get(bound.metrics, "/metrics")
             _, open_type, open_text = await get(

@@ -20,6 +20,7 @@ from dispatcher.k8s.resources import CLUSTER_QUEUES, LOCAL_QUEUES, NAMESPACES, W
 from dispatcher.k8s.watching import (
     BackoffPolicy,
     Disconnected,
+    Listed,
     ObjectCache,
     Watching,
     WatchItem,
@@ -293,3 +294,31 @@ async def test_one_namespace_and_cluster_scoped_kinds(cluster: FakeCluster, api:
         tg.cancel_scope.cancel()
     assert list(queues.objects) == [("", "cq")]
     assert list(workloads.objects) == [(NS, "here")]  # nothing from namespace "other"
+
+
+STREAM_STATES = [
+    pytest.param([], (False, False), id="nothing-yet"),
+    pytest.param([Listed("1", frozenset())], (True, False), id="listed-stream-not-open"),
+    pytest.param([Listed("1", frozenset()), Watching("1")], (True, True), id="stream-open"),
+    pytest.param(
+        [Listed("1", frozenset()), Watching("1"), Disconnected("refused", 0, 1.0)],
+        (False, False),
+        id="cut",
+    ),
+    pytest.param(
+        [Watching("1"), Disconnected("x", 0, 1.0), Listed("2", frozenset())],
+        (True, False),
+        id="re-listed-stream-not-open-again",
+    ),
+]
+
+
+@pytest.mark.parametrize(("items", "expected"), STREAM_STATES)
+def test_cache_tells_a_listed_resource_from_an_open_stream(
+    items: list[WatchItem], expected: tuple[bool, bool]
+) -> None:
+    """``connected`` holds once listed; ``streaming`` only while a watch stream is open."""
+    cache = ObjectCache()
+    for item in items:
+        cache.apply(item)
+    assert (cache.connected, cache.streaming) == expected
