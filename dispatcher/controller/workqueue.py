@@ -3,10 +3,17 @@
 A key is in the queue at most once. While a worker processes a key, adding it again marks it
 dirty: it is queued once more when the worker calls :meth:`WorkQueue.done`, so two workers never
 reconcile the same workload at the same time and no change is lost.
+
+Delayed keys wait in a binary heap of deadlines (as client-go's delaying queue keeps them), so
+handing out a key costs O(log n) in the number of delayed keys, never a scan of all of them. A
+key's deadline lives in a dict; a heap entry whose deadline is no longer the key's (the key was
+added earlier, or now) is stale and dropped when it reaches the top, and the heap is rebuilt when
+stale entries outnumber live ones, so its size stays proportional to the delayed keys.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import OrderedDict
 from collections.abc import Callable
@@ -31,6 +38,10 @@ class WorkQueue:
         self._dirty: set[str] = set()
         self._failures: dict[str, int] = {}
         self._deadlines: dict[str, float] = {}
+        self._heap: list[tuple[float, int, str]] = []
+        self._sequence = 0
+        self.examined = 0
+        """Heap entries looked at to promote due keys, in total (operation-count tests)."""
         self._wakeup = anyio.Event()
         self._base = base_delay
         self._max = max_delay
@@ -45,6 +56,11 @@ class WorkQueue:
     def delayed(self) -> int:
         """Keys waiting for a delay to pass."""
         return len(self._deadlines)
+
+    @property
+    def heap_entries(self) -> int:
+        """Entries in the deadline heap, stale ones included (bounded by the delayed keys)."""
+        return len(self._heap)
 
     def _wake(self) -> None:
         self._wakeup.set()
@@ -69,7 +85,16 @@ class WorkQueue:
         current = self._deadlines.get(key)
         if current is None or deadline < current:
             self._deadlines[key] = deadline
+            self._sequence += 1
+            heapq.heappush(self._heap, (deadline, self._sequence, key))
+            if len(self._heap) > 2 * len(self._deadlines) + 64:
+                self._compact()
             self._wake()
+
+    def _compact(self) -> None:
+        """Drop the stale heap entries (keys added since, or given an earlier deadline)."""
+        self._heap = [e for e in self._heap if self._deadlines.get(e[2]) == e[0]]
+        heapq.heapify(self._heap)
 
     def add_rate_limited(self, key: str, *, at_least: float | None = None) -> float:
         """Queue ``key`` after an exponential backoff of its recent failures, and not before
@@ -92,15 +117,21 @@ class WorkQueue:
         return self._failures.get(key, 0)
 
     def _promote_due(self) -> float | None:
+        """Queue every key whose deadline passed; return the next deadline (None: none)."""
         now = self._clock()
-        next_deadline: float | None = None
-        for key, deadline in list(self._deadlines.items()):
-            if deadline <= now:
-                del self._deadlines[key]
-                self.add(key)
-            elif next_deadline is None or deadline < next_deadline:
-                next_deadline = deadline
-        return next_deadline
+        heap = self._heap
+        while heap:
+            deadline, _, key = heap[0]
+            self.examined += 1
+            if self._deadlines.get(key) != deadline:
+                heapq.heappop(heap)  # stale: the key was added or moved earlier since
+                continue
+            if deadline > now:
+                return deadline
+            heapq.heappop(heap)
+            del self._deadlines[key]
+            self.add(key)
+        return None
 
     async def get(self) -> str:
         """Wait for the next key and mark it as being processed."""

@@ -106,3 +106,41 @@ async def test_close_ends_waiting_getters() -> None:
         tg.start_soon(getter)
         await anyio.wait_all_tasks_blocked()
         queue.close()
+
+
+async def test_get_does_not_scan_every_deadline() -> None:
+    """Issue 15: with 20,000 keys delayed far ahead, handing out one due key looks at a handful
+    of heap entries (the due one and the next deadline), not at all 20,000."""
+    time = FakeTime()
+    queue = WorkQueue(clock=time)
+    for i in range(20_000):
+        queue.add_after(f"later-{i}", 600.0 + i)
+    queue.add_after("soon", 1.0)
+    time.now += 1.0
+    before = queue.examined
+    with anyio.fail_after(2):
+        assert await queue.get() == "soon"
+    assert queue.examined - before <= 3
+    assert queue.delayed == 20_000
+
+
+async def test_due_keys_come_out_in_deadline_order_and_stale_entries_are_bounded() -> None:
+    """Keys promoted in the order of their deadlines whatever the order they were added in; a
+    key re-added sooner or queued at once leaves a stale heap entry, and the heap stays within
+    twice the delayed keys (plus a constant) however often that happens."""
+    time = FakeTime()
+    queue = WorkQueue(clock=time)
+    order = [7, 3, 9, 1, 5, 2, 8, 6, 4, 0]
+    for i in order:
+        queue.add_after(f"k{i}", 10.0 + i)
+    for _ in range(1_000):  # churn: each moved earlier, then queued at once and handed out
+        queue.add_after("churn", 50.0)
+        queue.add_after("churn", 40.0)
+        queue.add("churn")
+        assert await queue.get() == "churn"
+        queue.done("churn")
+    assert queue.heap_entries <= 2 * queue.delayed + 64
+    time.now += 100.0
+    with anyio.fail_after(2):
+        assert [await queue.get() for _ in order] == [f"k{i}" for i in range(10)]
+    assert queue.delayed == 0
