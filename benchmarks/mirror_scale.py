@@ -332,7 +332,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 cache.apply(ObjectEvent("LISTED", obj))
                 keys.add(object_key(obj))
             cache.apply(Listed("2", frozenset(keys)))
-            mirror.cache("nodes").apply(Listed("1", frozenset()))
             mirrors[name] = mirror
         return mirrors
 

@@ -52,7 +52,6 @@ from dispatcher.k8s.resources import (
     LOCAL_QUEUES,
     MULTIKUEUE_CLUSTERS,
     MULTIKUEUE_CONFIGS,
-    NODES,
     RESOURCE_FLAVORS,
     SECRETS,
     WORKLOADS,
@@ -95,7 +94,6 @@ WORKER_RESOURCES: dict[str, Watched] = {
     "localqueues": Watched(LOCAL_QUEUES),
     "resourceflavors": Watched(RESOURCE_FLAVORS),
     "workloads": Watched(WORKLOADS),
-    "nodes": Watched(NODES, optional=True),
 }
 
 

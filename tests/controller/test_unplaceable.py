@@ -40,9 +40,7 @@ from dispatcher.telemetry.metrics import Metrics
 Obj = dict[str, Any]
 ALLOWED = "test/allowed"
 PATIENCE = 60.0
-W2_LOOPS = (
-    5  # watch loops of a worker mirror: clusterqueues, localqueues, flavors, workloads, nodes
-)
+W2_LOOPS = 4  # watch loops of a worker mirror: clusterqueues, localqueues, flavors, workloads
 BASE = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 STARVED_MESSAGE = (
     "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in "

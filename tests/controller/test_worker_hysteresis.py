@@ -23,9 +23,7 @@ from dispatcher.clusters.activeness import DEFAULT_STALE_GRACE_SECONDS
 from dispatcher.sandbox.testkit import run_cli_process
 
 GRACE = DEFAULT_STALE_GRACE_SECONDS
-W1_LOOPS = (
-    5  # watch loops of a worker mirror: clusterqueues, localqueues, flavors, workloads, nodes
-)
+W1_LOOPS = 4  # watch loops of a worker mirror: clusterqueues, localqueues, flavors, workloads
 
 
 async def nominated_to_w1(env: World) -> tuple[int, int]:

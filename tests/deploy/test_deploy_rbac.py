@@ -48,7 +48,7 @@ EXTRA_WRITES = {("kueue.x-k8s.io", "workloads", "patch")}
 EXTRA_WORKER_READS = {
     ("kueue.x-k8s.io", r, "get")
     for r in ("clusterqueues", "localqueues", "resourceflavors", "workloads")
-} | {("", "nodes", "get")}
+}
 
 JOBS = [
     json.dumps(

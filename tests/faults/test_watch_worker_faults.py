@@ -55,7 +55,7 @@ CONVERGE_WITHIN = 30.0
 # copy is never resolved (the nominator keeps the new nomination while Kueue's clusterName
 # write for the admitted copy is refused by C18 forever; reported with issue 8). Those streams
 # still end cleanly, get 410 on resume and lose their history on workers.
-CUT_ON_WORKERS = r"/(clusterqueues|localqueues|resourceflavors|nodes)$"
+CUT_ON_WORKERS = r"/(clusterqueues|localqueues|resourceflavors)$"
 NO_BOOKMARKS = 3600.0
 
 
