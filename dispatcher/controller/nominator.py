@@ -327,18 +327,33 @@ class Nominator:
         self._mkc_seen: dict[str, tuple[str, str]] = {}
         self.releases = 0
         self.restores = 0
+        self._waiting: dict[str, None] = {}
+        """Manager Workloads that hold quota and have no ``clusterName`` (the ones a capacity or
+        connectivity change can place), kept from the manager's workload events in the order
+        they started waiting, so a fan-out walks them and not the whole cache."""
+        self.fan_outs = 0
+        """Fan-out walks (re-queues of every waiting or every workload), for operation counts."""
 
     # --- events from the registry --------------------------------------------------------------
 
     def on_change(self, cluster: str, resource: str, item: WatchItem) -> None:
         """Registry callback: turn a change into the workload keys it may affect."""
+        # A re-list delivers each object as a LISTED event, then one Listed marker: the keys of
+        # the listed objects are queued one by one, a fan-out happens once, at the marker.
+        fans_out = isinstance(item, Listed) or (
+            isinstance(item, ObjectEvent) and item.type != "LISTED"
+        )
         if cluster == MANAGER:
             if resource == "workloads":
                 if isinstance(item, ObjectEvent):
+                    self._track_waiting(item)
                     self.queue.add(_key_of(item.object))
                 elif isinstance(item, Listed):
-                    for namespace, name in item.keys:
-                        self.queue.add(f"{namespace}/{name}")
+                    listed = {f"{namespace}/{name}" for namespace, name in item.keys}
+                    for key in [k for k in self._waiting if k not in listed]:
+                        del self._waiting[key]
+                    for key in sorted(listed):
+                        self.queue.add(key)
             elif resource == "multikueueclusters" and isinstance(item, ObjectEvent):
                 change = self._mkc_change(item)
                 if change == "active":
@@ -347,13 +362,13 @@ class Nominator:
                     self._reachability_changed(name, self._mkc_seen[name][0] == "True")
                 elif change == "other":
                     self._requeue_all()
-            elif isinstance(item, ObjectEvent | Listed):
+            elif fans_out:
                 self._requeue_all()
             return
         self.versions[cluster] = self.versions.get(cluster, 0) + 1
         if resource == "workloads" and isinstance(item, ObjectEvent):
             self.queue.add(_key_of(item.object))
-        if isinstance(item, ObjectEvent | Listed):
+        if fans_out:
             self._requeue_waiting()
         elif resource == "connection":
             changed = self._usability_changed(cluster)
@@ -422,16 +437,34 @@ class Nominator:
         if self._released:
             self._restore_wake.set()
 
+    @property
+    def waiting(self) -> tuple[str, ...]:
+        """Keys of the manager Workloads a capacity or connectivity change can place."""
+        return tuple(self._waiting)
+
+    def _track_waiting(self, item: ObjectEvent) -> None:
+        """Keep :attr:`_waiting` in step with one manager workload event."""
+        key = _key_of(item.object)
+        status = item.object.get("status") or {}
+        if (
+            item.type != "DELETED"
+            and not status.get("clusterName")
+            and condition_status(item.object, "QuotaReserved") == "True"
+        ):
+            self._waiting.setdefault(key, None)
+        else:
+            self._waiting.pop(key, None)
+
     def _requeue_all(self) -> None:
+        self.fan_outs += 1
         for obj in self.registry.manager.cache("workloads").items():
             self.queue.add(_key_of(obj))
 
     def _requeue_waiting(self) -> None:
         """Capacity or connectivity changed somewhere: look again at undispatched workloads."""
-        for obj in self.registry.manager.cache("workloads").items():
-            status = obj.get("status") or {}
-            if not status.get("clusterName") and condition_status(obj, "QuotaReserved") == "True":
-                self.queue.add(_key_of(obj))
+        self.fan_outs += 1
+        for key in self._waiting:
+            self.queue.add(key)
 
     # --- running -----------------------------------------------------------------------------
 

@@ -1,0 +1,96 @@
+"""Issue 15: what one event or one re-list costs the controller, counted (never timed).
+
+A fan-out is a walk that re-queues every waiting (or every) manager Workload; its count is
+``Nominator.fan_outs``. Reconciles are counted per key by the controller kit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+import pytest
+from controller_kit import KUEUE, World, world
+
+from dispatcher.k8s.client import KubeApi
+from dispatcher.k8s.resources import RESOURCE_FLAVORS, WORKLOADS
+
+RELISTED = 1_000
+
+
+def flavor(name: str) -> dict[str, object]:
+    return {"apiVersion": KUEUE, "kind": "ResourceFlavor", "metadata": {"name": name}}
+
+
+@contextlib.asynccontextmanager
+async def worker_api(env: World, name: str) -> AsyncIterator[KubeApi]:
+    async with await KubeApi.from_kubeconfig(env.workers[name].kubeconfig, name=name) as api:
+        yield api
+
+
+def waiting_keys(env: World) -> list[str]:
+    return list(env.loop.waiting)
+
+
+async def test_a_worker_relist_of_a_thousand_objects_fans_out_once() -> None:
+    """w1 holds 1,000 ResourceFlavors; its flavors watch expires and is re-listed: the 1,000
+    LISTED events re-queue nothing, the end of the list fans out once, and the waiting
+    workload is reconciled at most once for it (before: one fan-out per listed object)."""
+    async with world() as env:
+        async with worker_api(env, "w1") as api:
+            for i in range(RELISTED):
+                await api.create(RESOURCE_FLAVORS, flavor(f"f{i:04d}"))
+        await env.start_dispatcher()
+        await env.add_workload("job")
+        await env.wait(lambda: env.nominated("job") != () and env.idle("job"))
+        assert waiting_keys(env) == ["default/job"]
+        mirror = env.mirrors.workers["w1"].mirror
+        assert mirror is not None
+        flavors = mirror.cache("resourceflavors")
+        lists, fan_outs = flavors.lists, env.loop.fan_outs
+        reconciles = env.reconciles["default/job"]
+
+        env.workers["w1"].expire_next_watches()
+        assert env.workers["w1"].drop_watches("/resourceflavors") == 1
+        await env.wait(lambda: flavors.lists == lists + 1 and env.idle("job"))
+
+        assert len(flavors.objects) == RELISTED
+        assert env.loop.fan_outs - fan_outs == 1
+        assert env.reconciles["default/job"] - reconciles <= 1
+
+
+@pytest.mark.parametrize(
+    ("change", "waiting"),
+    [
+        pytest.param("created", ["default/job"], id="a-workload-with-quota-waits"),
+        pytest.param("admitted", [], id="one-with-clusterName-does-not"),
+        pytest.param("deleted", [], id="a-deleted-one-does-not"),
+    ],
+)
+async def test_the_waiting_set_follows_the_managers_workload_events(
+    change: str, waiting: list[str]
+) -> None:
+    """A fan-out walks the workloads that hold quota and have no ``clusterName``, kept from
+    the manager's events, not a scan of the whole cache."""
+    async with world() as env:
+        await env.start_dispatcher()
+        await env.add_workload("job")
+        await env.wait(lambda: env.nominated("job") != () and env.idle("job"))
+        if change == "admitted":
+            await env.api.request(
+                "PATCH",
+                WORKLOADS.path("default", "job") + "/status",
+                body={"status": {"clusterName": env.nominated("job")[0]}},
+                content_type="application/merge-patch+json",
+            )
+        elif change == "deleted":
+            await env.api.request("DELETE", WORKLOADS.path("default", "job"))
+        await env.wait(
+            lambda: (
+                (env.mirrors.manager.cache("workloads").get("job", "default") is None)
+                == (change == "deleted")
+                and not env.running
+                and not len(env.loop.queue)
+                and waiting_keys(env) == waiting
+            )
+        )
