@@ -642,14 +642,29 @@ class Nominator:
         record.decision, record.decided_at = decision, now
         message = summarize(decision)
         if target != current:
-            written = await self._write_or_remember(
-                workload, record, Unconfirmed(target, decision.algorithm, message)
-            )
-            if not written:
+
+            def roll_back() -> None:
+                """The write did not land: the ledger goes back to the standing nomination."""
                 if current:
                     self.in_flight.record(current, queued_workload(request), now)
                 else:
                     self.in_flight.forget(key)
+                self._publish_in_flight()
+
+            try:
+                written = await self._write_or_remember(
+                    workload, record, Unconfirmed(target, decision.algorithm, message)
+                )
+            except WriteFailed as error:
+                # An answer that refused the write: it did not land, and what it nominated must
+                # not stay counted as in-flight capacity (phantom usage) until the entry
+                # expires. Without an answer (status 0) or with a 504 (the server may still
+                # apply it) it may have landed: the entry stays for _confirm_landed.
+                if error.status not in (0, 504):
+                    roll_back()
+                raise
+            if not written:
+                roll_back()
                 self.queue.add(key)  # re-read and decide again on fresh data
                 return "race"
             self._written(workload, record, target, now, decision.algorithm)

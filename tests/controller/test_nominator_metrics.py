@@ -326,3 +326,33 @@ async def test_an_unexpected_reconcile_exception_is_counted_and_retried() -> Non
             group.cancel_scope.cancel()
         assert raised == [KEY]
         assert env.errors() == {"unexpected": 1.0}
+
+
+@pytest.mark.parametrize(
+    ("status", "kept"),
+    [
+        pytest.param(500, False, id="500-refused-rolled-back"),
+        pytest.param(422, False, id="422-refused-rolled-back"),
+        pytest.param(403, False, id="403-refused-rolled-back"),
+        pytest.param(504, True, id="504-may-still-land-kept"),
+    ],
+)
+async def test_a_refused_write_leaves_no_in_flight_capacity(status: int, kept: bool) -> None:
+    """Issue 15: a nomination write the API refused did not land, so its in-flight entry (the
+    capacity a burst's next decisions would count as taken) is rolled back at once, not left
+    until it expires; a 504 may still be applied by the server, so it is kept, as for a lost
+    answer."""
+    async with loop(nominate_w1, run=False) as env:
+        fault = env.manager.faults.error(
+            status,
+            verbs=("patch",),
+            path="/workloads/wl/status$",
+            count=1,
+            message="injected",
+            user_agent=f"^{USER_AGENT}$",
+        )
+        with pytest.raises(nominator_module.WriteFailed):
+            await env.nominator.reconcile(KEY)
+        assert fault.fired == 1
+        assert env.nominator.in_flight.clusters_of(KEY) == (("w1",) if kept else ())
+        assert env.errors() == {}  # counted by the loop that ran the reconcile, not here
