@@ -164,8 +164,6 @@ PITFALL_ADVICE = (
 class Record:
     """What the controller remembers of one workload (rebuilt from the API after a restart)."""
 
-    decision: Decision | None = None
-    decided_at: float = 0.0
     nominated_at: float | None = None
     nominated: tuple[str, ...] = ()
     stuck_reported: bool = False
@@ -639,7 +637,6 @@ class Nominator:
             await self._withhold(key, workload, record, decision)
             self._retry_with_backoff(key, "decision withheld")
             return "withheld"
-        record.decision, record.decided_at = decision, now
         message = summarize(decision)
         if target != current:
 
