@@ -18,7 +18,15 @@ from dispatcher.sandbox.real.build import (
     staging_modules,
 )
 from dispatcher.sandbox.real.finisher import next_status
-from dispatcher.sandbox.real.plane import KueueManifests, KueueOptions, kueue_configuration
+from dispatcher.sandbox.real.plane import (
+    PORTS_ENV,
+    ControlPlaneError,
+    KueueManifests,
+    KueueOptions,
+    free_port,
+    kueue_configuration,
+    port_range,
+)
 from dispatcher.sandbox.topology import RUN_SECONDS_ANNOTATION
 
 NOW = datetime.datetime(2026, 12, 1, 12, 0, 0, tzinfo=datetime.UTC)
@@ -196,3 +204,30 @@ def test_a_completed_job_meets_its_success_criteria_before_complete() -> None:
     kinds = [c["type"] for c in patch["conditions"]]
     assert kinds == ["SuccessCriteriaMet", "Complete"]  # the API server refuses Complete alone
     assert patch["completionTime"]
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        pytest.param("", (20000, 32000), id="unset-default"),
+        pytest.param("26000-31999", (26000, 32000), id="inclusive-bounds"),
+        pytest.param(" 20000-20000 ", (20000, 20001), id="one-port"),
+        pytest.param("26000", None, id="no-dash"),
+        pytest.param("a-b", None, id="not-numbers"),
+        pytest.param("30000-20000", None, id="reversed"),
+        pytest.param("80-90", None, id="privileged"),
+    ],
+)
+def test_real_port_range_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, value: str, expected: tuple[int, int] | None
+) -> None:
+    """Two processes starting control planes at once pick from disjoint ranges."""
+    monkeypatch.setenv(PORTS_ENV, value)
+    if expected is None:
+        with pytest.raises(ControlPlaneError, match=PORTS_ENV):
+            port_range()
+        return
+    assert port_range() == expected
+    low, high = expected
+    if high - low > 1:  # a one-port range may be taken by a control plane of another test
+        assert low <= free_port() < high

@@ -97,16 +97,37 @@ class ControlPlaneError(RuntimeError):
 
 # Listening ports come from below the kernel's ephemeral range (32768-60999 by default), where
 # no outgoing connection of the many processes here can take a port between its choice and its
-# bind; a process-wide set keeps two components from being handed the same one.
-_PORT_RANGE = (20000, 32000)
+# bind; a process-wide set keeps two components from being handed the same one. Two processes
+# that start control planes at the same time get disjoint ranges from $MKD_REAL_PORTS
+# ("FIRST-LAST", e.g. the Makefile's e2e-real and outage-real), so neither can pick a port the
+# other chose and has not bound yet.
+PORTS_ENV = "MKD_REAL_PORTS"
+_DEFAULT_PORT_RANGE = (20000, 32000)
 _HANDED_OUT: set[int] = set()
+
+
+def port_range() -> tuple[int, int]:
+    """The range ``free_port`` picks from: ``$MKD_REAL_PORTS`` (inclusive bounds) or
+    20000-31999."""
+    raw = os.environ.get(PORTS_ENV, "").strip()
+    if not raw:
+        return _DEFAULT_PORT_RANGE
+    first, sep, last = raw.partition("-")
+    try:
+        low, high = int(first), int(last)
+    except ValueError:
+        low, high = 0, -1
+    if not sep or not 1024 <= low <= high <= 65535:
+        raise ControlPlaneError(f"${PORTS_ENV}={raw!r}: expected FIRST-LAST, 1024 <= FIRST <= LAST")
+    return low, high + 1
 
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that is free now, outside the ephemeral range, never handed out
     before by this process."""
+    low, high = port_range()
     for _ in range(1000):
-        port = _PORT_RANGE[0] + secrets.randbelow(_PORT_RANGE[1] - _PORT_RANGE[0])
+        port = low + secrets.randbelow(high - low)
         if port in _HANDED_OUT:
             continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -116,7 +137,7 @@ def free_port() -> int:
                 continue
         _HANDED_OUT.add(port)
         return port
-    raise ControlPlaneError(f"no free port in {_PORT_RANGE[0]}-{_PORT_RANGE[1]} on 127.0.0.1")
+    raise ControlPlaneError(f"no free port in {low}-{high - 1} on 127.0.0.1")
 
 
 def _tail(path: Path, lines: int = 30) -> str:
