@@ -922,3 +922,50 @@ def test_sync_admitted_condition_follows_kueue(
         assert changed
         assert found is not None
         assert (found["status"], found["reason"]) == expected
+
+
+async def test_c13_deactivation_target_is_deactivated_and_evicted_in_one_pass(
+    kueue_env: KueueEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A copy marked ``DeactivationTarget`` by the manager (C13 EvictedOnManagerCluster): Kueue
+    writes ``spec.active=false`` and its own update event brings the eviction within
+    milliseconds. The emulation evicts in the pass that deactivated, so MultiKueue on the
+    manager never sees a deactivated copy that is not yet evicted (it would take it for spec
+    drift, C27, and delete it with its Job before the Job's status could be copied back)."""
+    env = kueue_env
+    await basic_queue(env)
+    await create(env.api, workload("w1", cpu="1"))
+    await env.wait_workload("w1", has("Admitted"))
+    passes: dict[str, int] = {}
+    core = env.kueue
+    deactivate, evict = core._deactivate, core._evict
+
+    async def deactivating(wl: Obj) -> Obj | None:
+        passes["deactivate"] = core.reconciles
+        return await deactivate(wl)
+
+    async def evicting(wl: Obj, reason: str, message: str, **kwargs: Any) -> None:
+        passes.setdefault("evict", core.reconciles)
+        await evict(wl, reason, message, **kwargs)
+
+    monkeypatch.setattr(core, "_deactivate", deactivating)
+    monkeypatch.setattr(core, "_evict", evicting)
+
+    def target(status: Obj) -> None:
+        status.setdefault("conditions", []).append(
+            {
+                "type": "DeactivationTarget",
+                "status": "True",
+                "reason": "EvictedOnManagerCluster",
+                "message": "Evicted on manager: At least one admission check is false",
+                "lastTransitionTime": "2026-12-01T12:00:00Z",
+            }
+        )
+
+    await env.apply_admission_status("w1", target)
+    final = await env.wait_workload("w1", has("Evicted"))
+    assert final["spec"]["active"] is False
+    assert (get_condition(final, "Evicted") or {})["reason"] == (
+        "DeactivatedDueToEvictedOnManagerCluster"
+    )
+    assert passes["evict"] == passes["deactivate"]

@@ -71,6 +71,18 @@ class WorkloadReconciler(WorkloadStatusWriter):
             if not job_owned(wl):  # a Job's quota is released by the Job reconciler (item 6)
                 await self._release(wl)
             return None
+        if is_active(wl) and is_true(wl, "DeactivationTarget"):
+            # Kueue's workload controller writes spec.active=false, and its own update event
+            # brings the next reconcile, which evicts, within milliseconds. Here the next pass
+            # waits for the informer and the pass before it; under load that took up to a
+            # second, long enough for MultiKueue's batched reconcile on the manager to see a
+            # deactivated copy not yet evicted, take it for spec drift (C27) and delete it with
+            # its Job, so the manager's Job never showed no active pods and its quota was
+            # never released (item 4's lost-worker test, CI). The eviction follows at once.
+            deactivated = await self._deactivate(wl)
+            if deactivated is None:
+                return None
+            wl, status = deactivated, deactivated.get("status") or {}
         if not is_active(wl):
             target = condition(status, "DeactivationTarget")
             cause = str((target or {}).get("reason") or "")
@@ -78,9 +90,6 @@ class WorkloadReconciler(WorkloadStatusWriter):
             if target and target.get("status") == "True":
                 message += f" due to {target.get('message')}"
             await self._evict(wl, EVICTED_DEACTIVATED, message, cause=cause)
-            return None
-        if is_true(wl, "DeactivationTarget"):
-            await self._deactivate(wl)
             return None
         for queue, reason in ((cq, EVICTED_CQ_STOPPED), (lq, EVICTED_LQ_STOPPED)):
             policy = stop_policy(queue)
@@ -185,11 +194,12 @@ class WorkloadReconciler(WorkloadStatusWriter):
             await self._write(wl, status)
         return None
 
-    async def _deactivate(self, wl: Obj) -> None:
-        """C39: ``spec.active=false`` (a spec write, as Kueue's workload controller does)."""
+    async def _deactivate(self, wl: Obj) -> Obj | None:
+        """C39: ``spec.active=false`` (a spec write, as Kueue's workload controller does); the
+        Workload as written, or None when the write failed."""
         namespace, name = key_of(wl)
         try:
-            await self.conn.client.merge_patch(
+            return await self.conn.client.merge_patch(
                 WORKLOADS,
                 name,
                 {"spec": {"active": False}},
@@ -198,6 +208,7 @@ class WorkloadReconciler(WorkloadStatusWriter):
             )
         except KubeError as error:
             self._write_failed(error, wl)
+            return None
 
     async def _sync_checks(self, wl: Obj, cq: Mapping[str, Any]) -> bool:
         """Keep ``status.admissionChecks`` to the ClusterQueue's list; True when it wrote."""
