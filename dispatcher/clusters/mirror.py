@@ -2,8 +2,8 @@
 
 A :class:`Mirror` runs one :func:`~dispatcher.k8s.watching.list_watch` per resource and applies
 its events to an :class:`~dispatcher.k8s.watching.ObjectCache`. Decisions read these caches;
-nothing asks the API per decision. A resource marked optional (Nodes, which worker RBAC may not
-grant, contract C66) that answers 403 or 404 is reported unavailable instead of holding the
+nothing asks the API per decision. A resource marked optional (the manager's LocalQueues, which
+its RBAC may leave out) that answers 403 or 404 is reported unavailable instead of holding the
 mirror in "disconnected". Every other failed list or watch counts as a ``watch`` error.
 """
 

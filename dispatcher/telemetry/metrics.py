@@ -63,8 +63,8 @@ ERROR_KINDS: dict[ErrorKind, str] = {
     "with backoff, never sooner than a Retry-After)",
     "watch": "a list or watch request of a manager or worker resource failed (one per failed "
     "attempt, retried with backoff); a stream that stayed open and was cut is watched again "
-    "at once and not counted, nor is an optional resource a worker does not serve (Nodes "
-    "answering 403 or 404)",
+    "at once and not counted, nor is an optional resource a cluster does not serve (the "
+    "manager's LocalQueues answering 403 or 404)",
     "kubeconfig": "a worker's kubeconfig Secret was refused (missing, not valid, or insecure, "
     "contract C62), once per Secret content: the worker is unusable until the Secret changes",
     "decision": "a decision timed out or raised (the workload keeps its nomination)",
