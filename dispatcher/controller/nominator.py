@@ -1315,12 +1315,7 @@ class Nominator:
             "spec": {"active": False},
         }
         try:
-            await self.registry.manager.api.request(
-                "PATCH",
-                WORKLOADS.path(meta["namespace"], meta["name"]),
-                body=body,
-                content_type=MERGE_PATCH,
-            )
+            await self._merge_patch_workload(meta, body)
         except ApiError as error:
             if error.status == 409:
                 self.queue.add(key)  # changed meanwhile: judge it again
@@ -1339,6 +1334,15 @@ class Nominator:
         log.warning("workload %s %s", key, message, extra={"workload": key})
         await self._event(workload, "QuotaReleased", message, "Warning")
         return True
+
+    async def _merge_patch_workload(self, meta: Mapping[str, Any], body: Mapping[str, Any]) -> None:
+        """Merge-patch a manager Workload's metadata and spec (the release policy's writes)."""
+        await self.registry.manager.api.request(
+            "PATCH",
+            WORKLOADS.path(meta["namespace"], meta["name"]),
+            body=dict(body),
+            content_type=MERGE_PATCH,
+        )
 
     async def _restorer(self) -> None:
         """Reactivate released workloads once an eligible worker is reachable, oldest first
@@ -1428,12 +1432,7 @@ class Nominator:
             "spec": {"active": True},
         }
         try:
-            await self.registry.manager.api.request(
-                "PATCH",
-                WORKLOADS.path(meta["namespace"], meta["name"]),
-                body=body,
-                content_type=MERGE_PATCH,
-            )
+            await self._merge_patch_workload(meta, body)
         except ApiError as error:
             # Its next change (or the resync) reconciles it and wakes the restorer again.
             log.warning("could not restore workload %s: %s", key, error, extra={"workload": key})

@@ -48,11 +48,21 @@ WATCH = WatchSettings(inactivity_timeout=None)
 FakeClock = VirtualClock
 
 
-def workload(name: str, namespace: str = "default") -> Obj:
+def workload(
+    name: str,
+    namespace: str = "default",
+    *,
+    requests: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
+) -> Obj:
+    """A manager Workload of one pod (1 cpu unless ``requests`` says otherwise)."""
+    metadata: Obj = {"name": name, "namespace": namespace}
+    if labels:
+        metadata["labels"] = labels
     return {
         "apiVersion": KUEUE,
         "kind": "Workload",
-        "metadata": {"name": name, "namespace": namespace},
+        "metadata": metadata,
         "spec": {
             "queueName": "user-queue",
             "podSets": [
@@ -65,7 +75,7 @@ def workload(name: str, namespace: str = "default") -> Obj:
                                 {
                                     "name": "main",
                                     "image": "busybox",
-                                    "resources": {"requests": {"cpu": "1"}},
+                                    "resources": {"requests": requests or {"cpu": "1"}},
                                 }
                             ]
                         }

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from controller_kit import CHECK, KUEUE, MERGE, FakeClock, World, world
+from controller_kit import CHECK, KUEUE, MERGE, FakeClock, World, workload, world
 from prometheus_client import CollectorRegistry, generate_latest
 
 from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest, Verdict
@@ -79,37 +79,9 @@ class Now:
 def holding(name: str, allowed: str, *, gpus: int = 8) -> Obj:
     """A manager Workload holding quota in ClusterQueue ``cq`` (what Kueue writes), allowed
     only on the workers ``allowed`` (dot-separated)."""
-    return {
-        "apiVersion": KUEUE,
-        "kind": "Workload",
-        "metadata": {
-            "name": name,
-            "namespace": "default",
-            "labels": {ALLOWED: allowed},
-        },
-        "spec": {
-            "queueName": "user-queue",
-            "podSets": [
-                {
-                    "name": "main",
-                    "count": 1,
-                    "template": {
-                        "spec": {
-                            "containers": [
-                                {
-                                    "name": "main",
-                                    "image": "busybox",
-                                    "resources": {
-                                        "requests": {"cpu": "1", "nvidia.com/gpu": str(gpus)}
-                                    },
-                                }
-                            ]
-                        }
-                    },
-                }
-            ],
-        },
-    }
+    return workload(
+        name, requests={"cpu": "1", "nvidia.com/gpu": str(gpus)}, labels={ALLOWED: allowed}
+    )
 
 
 def reserved_status(gpus: int = 8) -> Obj:
