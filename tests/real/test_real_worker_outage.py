@@ -97,3 +97,8 @@ async def test_worker_killed_mid_mix(
         assert outcome.events.get("Unplaceable", 0) >= 1, outcome.line()
         assert outcome.events.get("BlockedByUnplaceable", 0) >= 1, outcome.line()
         assert outcome.events.get("QuotaReleased", 0) == 0, outcome.line()
+        # The metrics name the holders too: the count per ClusterQueue, the GPUs they hold.
+        assert outcome.unplaceable.get("workloads/cluster-queue", 0) >= 1, outcome.line()
+        gpus = [v for k, v in outcome.unplaceable.items() if k.endswith("/nvidia.com/gpu")]
+        assert gpus, outcome.line()
+        assert max(gpus) >= 2, outcome.line()

@@ -24,12 +24,15 @@ from typing import Any, Literal
 
 import anyio
 import anyio.abc
+from prometheus_client import generate_latest
 
+from dispatcher.app.manager import Manager
 from dispatcher.sandbox.environment import DISPATCHER_NAME, Remedy, start_dispatcher_with
 from dispatcher.sandbox.kubeclient import WORKLOADS, Informer
 from dispatcher.sandbox.real.plane import KueueOptions
 from dispatcher.sandbox.real.topology import RealTopology, real_topology
 from dispatcher.sandbox.serve import BUILTIN_DISPATCHERS
+from dispatcher.sandbox.testkit import samples_of
 from dispatcher.sandbox.topology import Topology, WorkloadLine, submit_workloads
 
 log = logging.getLogger(__name__)
@@ -265,6 +268,10 @@ class OutageOutcome:
     back_seconds: float | None
     """From the worker's return until the last held Job was admitted there (None: not all)."""
     followed: dict[str, Followed]
+    unplaceable: dict[str, float] = field(default_factory=dict)
+    """Our dispatcher's unplaceable series at the end of the outage phase, by sample:
+    ``workloads/<cluster queue>`` and ``quota/<cluster queue>/<flavor>/<resource>`` (empty
+    under AllAtOnce)."""
 
     def pending_messages(self) -> dict[str, str]:
         """The manager's ``QuotaReserved`` reason and message of each starved Job, as last
@@ -297,8 +304,22 @@ class OutageOutcome:
             back = f"; back: {self.held_admitted_after_back}/{self.held} held admitted ({took} s)"
         return (
             f"admitted elsewhere {self.admitted_elsewhere}/{self.elsewhere}, starved "
-            f"{len(self.starved)}, last admission at {last} s; events {self.events}{back}"
+            f"{len(self.starved)}, last admission at {last} s; events {self.events}{back}; "
+            f"unplaceable {self.unplaceable}"
         )
+
+
+def unplaceable_series(text: str) -> dict[str, float]:
+    """The ``unplaceable_workloads`` and ``unplaceable_quota`` samples of a scrape."""
+    out: dict[str, float] = {}
+    for name, samples in samples_of(text).items():
+        for labels, value in samples:
+            if name == "multikueue_dispatcher_unplaceable_workloads":
+                out[f"workloads/{labels.get('cluster_queue', '')}"] = value
+            elif name == "multikueue_dispatcher_unplaceable_quota":
+                where = "/".join(labels.get(k, "") for k in ("cluster_queue", "flavor", "resource"))
+                out[f"quota/{where}"] = value
+    return out
 
 
 async def _events(running: RealTopology) -> dict[str, int]:
@@ -342,10 +363,11 @@ async def run_outage(
         elsewhere = jobs - only_on
         observer = _Observer(running, jobs)
         last: float | None = None
+        manager: Manager | None = None
         try:
             await group.start(observer.run)
             if dispatcher == "external":
-                await start_dispatcher_with(
+                manager = await start_dispatcher_with(
                     group,
                     running.kubeconfig_path(running.plane.manager.name),
                     DISPATCHER_NAME,
@@ -377,6 +399,11 @@ async def run_outage(
             times = [admitted_at[k] for k in elsewhere if k in admitted_at]
             last = max(times) if times else None
             events = await _events(running)
+            unplaceable = (
+                unplaceable_series(generate_latest(manager.metrics.registry).decode())
+                if manager is not None
+                else {}
+            )
             held_admitted: int | None = None
             back_seconds: float | None = None
             if back:
@@ -407,4 +434,5 @@ async def run_outage(
         held_admitted_after_back=held_admitted,
         back_seconds=back_seconds,
         followed=observer.followed,
+        unplaceable=unplaceable,
     )
