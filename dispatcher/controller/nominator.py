@@ -442,20 +442,26 @@ class Nominator:
 
     def _track_waiting(self, item: ObjectEvent) -> None:
         """Keep :attr:`_waiting` in step with one manager workload event."""
-        key = _key_of(item.object)
-        status = item.object.get("status") or {}
+        self._set_waiting(item.object, item.type != "DELETED")
+
+    def _set_waiting(self, obj: Mapping[str, Any], present: bool = True) -> None:
+        key = _key_of(obj)
+        status = obj.get("status") or {}
         if (
-            item.type != "DELETED"
+            present
             and not status.get("clusterName")
-            and condition_status(item.object, "QuotaReserved") == "True"
+            and condition_status(obj, "QuotaReserved") == "True"
         ):
             self._waiting.setdefault(key, None)
         else:
             self._waiting.pop(key, None)
 
     def _requeue_all(self) -> None:
+        """Re-queue every manager Workload; the walk also re-derives :attr:`_waiting` from the
+        cache (events seen before this loop was attached are not lost)."""
         self.fan_outs += 1
         for obj in self.registry.manager.cache("workloads").items():
+            self._set_waiting(obj)
             self.queue.add(_key_of(obj))
 
     def _requeue_waiting(self) -> None:

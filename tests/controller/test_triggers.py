@@ -94,3 +94,15 @@ async def test_the_waiting_set_follows_the_managers_workload_events(
                 and waiting_keys(env) == waiting
             )
         )
+
+
+async def test_a_full_requeue_rederives_the_waiting_set_from_the_cache() -> None:
+    """Events seen before the loop was attached are not needed: the walk over every workload
+    that ``run`` starts with puts each waiting one back in the set."""
+    async with world() as env:
+        await env.start_dispatcher()
+        await env.add_workload("job")
+        await env.wait(lambda: env.nominated("job") != () and env.idle("job"))
+        env.loop._waiting.clear()  # as if its events had reached no loop
+        env.loop._requeue_all()
+        assert waiting_keys(env) == ["default/job"]
