@@ -11,13 +11,23 @@ patience runs on a clock the test moves.
 
 from __future__ import annotations
 
+import copy
 import datetime
 import itertools
 from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from controller_kit import CHECK, KUEUE, MERGE, FakeClock, World, workload, world
+from controller_kit import (
+    CHECK,
+    ELIGIBLE_STATUS,
+    KUEUE,
+    MERGE,
+    FakeClock,
+    World,
+    workload,
+    world,
+)
 from prometheus_client import CollectorRegistry, generate_latest
 
 from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest, Verdict
@@ -86,15 +96,7 @@ def holding(name: str, allowed: str, *, gpus: int = 8) -> Obj:
 
 def reserved_status(gpus: int = 8) -> Obj:
     return {
-        "conditions": [
-            {
-                "type": "QuotaReserved",
-                "status": "True",
-                "reason": "QuotaReserved",
-                "message": "reserved on the manager",
-                "lastTransitionTime": "2026-01-01T00:00:00Z",
-            }
-        ],
+        "conditions": copy.deepcopy(ELIGIBLE_STATUS["conditions"]),
         "admission": {
             "clusterQueue": "cq",
             "podSetAssignments": [
