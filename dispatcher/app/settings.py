@@ -295,8 +295,11 @@ class Settings(BaseSettings):
         "Names must be loaded plugins (`multikueue-dispatcher plugins`).",
     )
     manager_client: ClientSettings = Field(
-        default_factory=lambda: ClientSettings(qps=50.0, burst=100),
-        description="Client settings for the manager cluster.",
+        default_factory=lambda: ClientSettings(qps=300.0, burst=500),
+        description="Client settings for the manager cluster. The defaults are those of "
+        "Kueue's own manager client (`clientConnection` 300 QPS, burst 500): one nomination "
+        "costs one request (the status apply; Events are recorded in the background and "
+        "aggregated), so `qps` bounds the nominations per second.",
     )
     worker_client: ClientSettings = Field(
         default_factory=ClientSettings, description="Client settings for each worker cluster."

@@ -108,8 +108,8 @@ def test_nested_sources_merge_field_by_field(
         enabled=False, lease_name="from-env", namespace="ns-yaml"
     )
     assert (settings.worker_client.qps, settings.worker_client.burst) == (7.0, 11)
-    # The manager client keeps its own defaults.
-    assert (settings.manager_client.qps, settings.manager_client.burst) == (50.0, 100)
+    # The manager client keeps its own defaults: Kueue's manager client's (300 QPS, burst 500).
+    assert (settings.manager_client.qps, settings.manager_client.burst) == (300.0, 500)
 
 
 def test_environment_takes_json_for_lists_and_mappings(monkeypatch: pytest.MonkeyPatch) -> None:
