@@ -24,7 +24,8 @@ from dispatcher.app.errors import CommandError
 from dispatcher.app.manager import build_decide, check_pipeline, controller_config, open_manager_api
 from dispatcher.app.settings import Settings
 from dispatcher.clusters.registry import ClusterRegistry, WorkerState, resolve_kubeconfig
-from dispatcher.controller.nominator import EVENT_COMPONENT, Nominator
+from dispatcher.controller.events import EVENT_COMPONENT
+from dispatcher.controller.nominator import Nominator
 from dispatcher.k8s.client import KubeApi
 from dispatcher.k8s.errors import ApiError
 from dispatcher.k8s.kubeconfig import KubeconfigError

@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import itertools
 import logging
 import re
-import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +39,7 @@ from dispatcher.algorithms.model import (
     RejectionReason,
 )
 from dispatcher.clusters.registry import MANAGER, Candidate, ClusterRegistry
+from dispatcher.controller.events import EventRecorder
 from dispatcher.controller.inflight import InFlight
 from dispatcher.controller.outage import (
     RELEASED_AT,
@@ -65,10 +64,9 @@ from dispatcher.controller.snapshots import (
     is_copy,
 )
 from dispatcher.controller.workqueue import WorkQueue
-from dispatcher.k8s.client import KubeApi
 from dispatcher.k8s.errors import ApiError, ApiUnreachable
-from dispatcher.k8s.patching import AdmittedMeanwhile, apply_status
-from dispatcher.k8s.resources import EVENTS, KUEUE_GROUP, KUEUE_VERSION, WORKLOADS, ResourceRef
+from dispatcher.k8s.patching import MERGE_PATCH, AdmittedMeanwhile, apply_status
+from dispatcher.k8s.resources import KUEUE_GROUP, KUEUE_VERSION, WORKLOADS, ResourceRef
 from dispatcher.k8s.watching import Listed, ObjectEvent, WatchItem
 from dispatcher.kueue.admission import admission_usage, format_resource_quantity
 from dispatcher.kueue.eligibility import eligibility, multikueue_check_state
@@ -83,11 +81,11 @@ __all__ = ["ControllerConfig", "Nominator", "Record"]
 
 Decide = Callable[[DispatchRequest, Sequence[ClusterSnapshot]], Decision]
 
-EVENT_COMPONENT = "multikueue-dispatcher"
 # The ``algorithm`` label of a nomination written back to the worker whose copy holds quota
 # (no pipeline decided it, see ``Nominator._holding_copy``).
 HOLDER_ALGORITHM = "copy-holds-quota"
-MERGE_PATCH = "application/merge-patch+json"
+EVENT_FLUSH_SECONDS = 1.0
+"""How long a stopping loop still sends queued Events (part of the shutdown budget)."""
 WORKER_JOBS = ResourceRef("batch", "v1", "jobs", "Job")
 """Jobs on a worker (read once per stuck workload, to name the cause)."""
 
@@ -230,16 +228,8 @@ def _key_of(obj: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
-_EVENT_SEQUENCE = itertools.count()
 _DURATION = re.compile(r"\b\d+(?:\.\d+)?s\b")
 """A duration in a message ("for 12s"): Events that differ only in those are one Event."""
-
-
-def _event_suffix() -> str:
-    """A unique Event name suffix, as client-go's recorder makes it (the time in nanoseconds, in
-    hex), plus a process-wide sequence number: no system entropy per Event (``uuid4`` reads
-    ``os.urandom``, which is slow on some sandboxed kernels)."""
-    return f"{time.time_ns():x}{next(_EVENT_SEQUENCE) % 4096:03x}"
 
 
 def _quota_text(usage: Mapping[tuple[str, str], int]) -> str:
@@ -331,6 +321,15 @@ class Nominator:
         they started waiting, so a fan-out walks them and not the whole cache."""
         self.fan_outs = 0
         """Fan-out walks (re-queues of every waiting or every workload), for operation counts."""
+        self.events = EventRecorder(lambda: self.registry.manager.api, metrics=metrics)
+        """Events are sent by a background task and aggregated (:meth:`run` starts it)."""
+        self._echoes: dict[str, tuple[str, bool]] = {}
+        """Expectations: the resourceVersion our last write of a Workload produced, and whether
+        its echo on the watch may be skipped (a nomination: the reconcile that wrote it already
+        did everything the echo could ask for). Kept until that version is seen."""
+        self.echoes_skipped = 0
+        """Echoes of our own nomination writes that queued nothing (operation counts)."""
+        """Events are sent by a background task and aggregated (:meth:`run` starts it)."""
 
     # --- events from the registry --------------------------------------------------------------
 
@@ -345,8 +344,10 @@ class Nominator:
             if resource == "workloads":
                 if isinstance(item, ObjectEvent):
                     self._track_waiting(item)
-                    self.queue.add(_key_of(item.object))
+                    if not self._own_echo(item):
+                        self.queue.add(_key_of(item.object))
                 elif isinstance(item, Listed):
+                    self._echoes.clear()  # every listed key is decided again anyway
                     listed = {f"{namespace}/{name}" for namespace, name in item.keys}
                     for key in [k for k in self._waiting if k not in listed]:
                         del self._waiting[key]
@@ -430,10 +431,42 @@ class Nominator:
         """A worker became reachable or unreachable: re-evaluate the workloads for which it is
         eligible, nominated or awaited (:meth:`OutageBook.affected_by`), and wake the restorer
         for the released ones."""
-        for key in self.outage.affected_by(worker):
+        # A reconcile running now may have read the worker's old state before it indexed what
+        # the worker can change: it runs once more when it is done (the queue's dirty mark).
+        for key in self.outage.affected_by(worker) | self.queue.processing:
             self.queue.add(key)
         if self._released:
             self._restore_wake.set()
+
+    def _own_echo(self, item: ObjectEvent) -> bool:
+        """Whether ``item`` is the echo of our own nomination write, which needs no reconcile
+        (client-go's "expectations"): the object the write's answer carried, by
+        resourceVersion. Any later change has another version and is reconciled as usual."""
+        key = _key_of(item.object)
+        expected = self._echoes.get(key)
+        if expected is None:
+            return False
+        if item.type == "DELETED":
+            del self._echoes[key]
+            return False
+        if item.resource_version != expected[0]:
+            return False
+        del self._echoes[key]
+        if expected[1]:
+            self.echoes_skipped += 1
+        return expected[1]
+
+    def _expect_echo(self, key: str, answer: Mapping[str, Any], skip: bool) -> None:
+        """Remember the version our write of ``key`` produced (from the write's answer)."""
+        version = str((answer.get("metadata") or {}).get("resourceVersion") or "")
+        if version:
+            self._echoes[key] = (version, skip)
+        else:
+            self._echoes.pop(key, None)
+
+    def awaiting_echo(self, key: str) -> bool:
+        """Whether a write of ours to ``key`` has not come back on the watch yet."""
+        return key in self._echoes
 
     @property
     def waiting(self) -> tuple[str, ...]:
@@ -475,10 +508,16 @@ class Nominator:
     async def run(self) -> None:
         """Run the reconcile workers until cancelled."""
         self._requeue_all()
-        async with anyio.create_task_group() as group:
-            group.start_soon(self._restorer)
-            for _ in range(max(1, self.config.workers)):
-                group.start_soon(self._worker)
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(self.events.run)
+                group.start_soon(self._restorer)
+                for _ in range(max(1, self.config.workers)):
+                    group.start_soon(self._worker)
+        finally:
+            # The Events of decisions already written still go out, within a short bound.
+            with anyio.CancelScope(shield=True), anyio.move_on_after(EVENT_FLUSH_SECONDS):
+                await self.events.flush()
 
     async def _worker(self) -> None:
         while True:
@@ -529,7 +568,7 @@ class Nominator:
         workload = self.registry.manager.cache("workloads").get(name, namespace)
         record = self.records.setdefault(key, Record())
         message = f"cannot dispatch: {error}"
-        if workload is not None and await self._event_once(
+        if workload is not None and self._event_once(
             workload, record, "InvalidWorkload", message, "Warning"
         ):
             log.warning("workload %s: %s", key, message, extra={"workload": key})
@@ -671,11 +710,15 @@ class Nominator:
                 self.queue.add(key)  # re-read and decide again on fresh data
                 return "race"
             self._written(workload, record, target, now, decision.algorithm)
+            if placement is not None:
+                # The echo of this write is not reconciled (expectations): index the workers
+                # whose reachability can change the new nomination now, as its reconcile would.
+                self.outage.index(key, placement.workers | frozenset(target))
         # One Event per nomination written, and one per change of the reason nothing is
         # nominated; a decision that keeps the current nomination (its message counts the
         # patience down) records none, so a waiting workload does not accumulate Events.
         if target != current or not target:
-            await self._nomination_event(workload, record, target, message)
+            self._nomination_event(workload, record, target, message)
         follow_up = decision.requeue_after
         self.queue.add_after(
             key, follow_up if follow_up is not None else self.config.resync_seconds
@@ -783,7 +826,7 @@ class Nominator:
             f"not nominated yet: a copy from an earlier attempt is still on "
             f"{', '.join(leftover)}; Kueue removes it from a worker that is not nominated"
         )
-        if await self._event_once(workload, record, "WaitingForCopyRemoval", message, "Normal"):
+        if self._event_once(workload, record, "WaitingForCopyRemoval", message, "Normal"):
             log.info("workload %s: %s", key, message, extra={"workload": key})
         self.queue.add_after(key, self.config.leftover_wait_seconds - waited)
         return True
@@ -817,7 +860,7 @@ class Nominator:
         self._written(workload, record, target, now, HOLDER_ALGORITHM)
         log.info("workload %s: %s", key, message, extra={"workload": key})
         record.event_message = message
-        await self._event(workload, "Nominated", message, "Normal")
+        self._event(workload, "Nominated", message, "Normal")
         self.queue.add_after(key, follow_up)
         return "nominated"
 
@@ -827,7 +870,7 @@ class Nominator:
         """A fail-closed plugin's filter failed: nothing is written (the standing nomination,
         if any, stays). Logged and recorded as a Warning Event once per distinct reason."""
         message = f"decision withheld: {decision.withheld}"[:1024]
-        if await self._event_once(workload, record, "DecisionWithheld", message, "Warning"):
+        if self._event_once(workload, record, "DecisionWithheld", message, "Warning"):
             log.warning("workload %s: %s", key, message, extra={"workload": key})
         else:
             log.debug("workload %s: %s", key, message, extra={"workload": key})
@@ -869,7 +912,7 @@ class Nominator:
             extra={"workload": key, "clusters": list(landing.target)},
         )
         self._written(workload, record, landing.target, self._now(), landing.algorithm)
-        await self._nomination_event(workload, record, landing.target, landing.message)
+        self._nomination_event(workload, record, landing.target, landing.message)
 
     def _written(
         self,
@@ -1056,7 +1099,7 @@ class Nominator:
         if message != record.outage_message:
             record.outage_message = message
             log.warning("workload %s %s", key, message, extra={"workload": key})
-            await self._event(workload, "Unplaceable", message, "Warning")
+            self._event(workload, "Unplaceable", message, "Warning")
         if not self.config.unplaceable_release:
             return False
         state = released_state(workload)
@@ -1259,7 +1302,7 @@ class Nominator:
         if message != record.starved_message:
             record.starved_message = message
             log.warning("workload %s %s", key, message, extra={"workload": key})
-            await self._event(workload, "BlockedByUnplaceable", message, "Warning")
+            self._event(workload, "BlockedByUnplaceable", message, "Warning")
 
     def _holders_ahead(self, cluster_queue: str, resources: set[str]) -> list[Holder]:
         """For a workload Kueue has not tried yet: the unplaceable holders of a flavor and
@@ -1338,17 +1381,19 @@ class Nominator:
             f"reactivates it when an eligible worker is reachable (release {releases + 1})"
         )
         log.warning("workload %s %s", key, message, extra={"workload": key})
-        await self._event(workload, "QuotaReleased", message, "Warning")
+        self._event(workload, "QuotaReleased", message, "Warning")
         return True
 
     async def _merge_patch_workload(self, meta: Mapping[str, Any], body: Mapping[str, Any]) -> None:
-        """Merge-patch a manager Workload's metadata and spec (the release policy's writes)."""
-        await self.registry.manager.api.request(
+        """Merge-patch a manager Workload's metadata and spec (the release policy's writes; their
+        echo is reconciled: the released or restored workload's bookkeeping follows from it)."""
+        answer = await self.registry.manager.api.request(
             "PATCH",
             WORKLOADS.path(meta["namespace"], meta["name"]),
             body=dict(body),
             content_type=MERGE_PATCH,
         )
+        self._expect_echo(f"{meta['namespace']}/{meta['name']}", answer, skip=False)
 
     async def _restorer(self) -> None:
         """Reactivate released workloads once an eligible worker is reachable, oldest first
@@ -1458,7 +1503,7 @@ class Nominator:
             f"reachable again; Kueue queues it again in creation order"
         )
         log.info("workload %s %s", key, message, extra={"workload": key})
-        await self._event(workload, "QuotaRestored", message, "Normal")
+        self._event(workload, "QuotaRestored", message, "Normal")
         return True
 
     def _not_eligible(self, key: str, workload: Mapping[str, Any], record: Record) -> None:
@@ -1594,6 +1639,7 @@ class Nominator:
                 self.metrics.error("write_conflict")
             return False
         self.writes += 1
+        self._expect_echo(f"{meta['namespace']}/{meta['name']}", result.object, skip=True)
         log.info(
             "workload %s/%s: nominated %s",
             meta["namespace"],
@@ -1736,7 +1782,7 @@ class Nominator:
                 ((workload.get("status") or {}).get("admission") or {}).get("clusterQueue") or ""
             )
             self.metrics.stuck_workload(cluster_queue=cq)
-        await self._event(workload, "AdmissionStuck", message, "Warning")
+        self._event(workload, "AdmissionStuck", message, "Warning")
 
     def _publish_in_flight(self) -> None:
         if self.metrics is None:
@@ -1764,7 +1810,7 @@ class Nominator:
             self.metrics.forget_cluster(name)  # its MultiKueueCluster was deleted
         self._published_states = set(states)
 
-    async def _event_once(
+    def _event_once(
         self, workload: Mapping[str, Any], record: Record, reason: str, message: str, kind: str
     ) -> bool:
         """:meth:`_event` unless ``message`` is the workload's last Event message, durations
@@ -1774,54 +1820,20 @@ class Nominator:
         if _DURATION.sub("#s", message) == _DURATION.sub("#s", record.event_message):
             return False
         record.event_message = message
-        await self._event(workload, reason, message, kind)
+        self._event(workload, reason, message, kind)
         return True
 
-    async def _nomination_event(
+    def _nomination_event(
         self, workload: Mapping[str, Any], record: Record, target: tuple[str, ...], message: str
     ) -> None:
         """The Event of a decision: ``Nominated`` for a nomination, a Warning ``NotNominated``
         when nothing is nominated (once per distinct message)."""
         if target:
-            await self._event_once(workload, record, "Nominated", message, "Normal")
+            self._event_once(workload, record, "Nominated", message, "Normal")
         else:
-            await self._event_once(workload, record, "NotNominated", message, "Warning")
+            self._event_once(workload, record, "NotNominated", message, "Warning")
 
-    async def _event(
-        self, workload: Mapping[str, Any], reason: str, message: str, kind: str
-    ) -> None:
-        """A core/v1 Event on the Workload; failures are logged, never fatal."""
-        meta = workload["metadata"]
-        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {
-                "name": f"{meta['name']}.{_event_suffix()}",
-                "namespace": meta["namespace"],
-            },
-            "involvedObject": {
-                "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
-                "kind": "Workload",
-                "name": meta["name"],
-                "namespace": meta["namespace"],
-                "uid": meta.get("uid", ""),
-                "resourceVersion": meta.get("resourceVersion", ""),
-            },
-            "reason": reason,
-            "message": message,
-            "type": kind,
-            "source": {"component": EVENT_COMPONENT},
-            "reportingComponent": EVENT_COMPONENT,
-            "reportingInstance": EVENT_COMPONENT,
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
-        }
-        api: KubeApi = self.registry.manager.api
-        try:
-            await api.create(EVENTS, body, namespace=meta["namespace"])
-        except ApiError as error:
-            log.warning("could not record event %s on %s: %s", reason, meta["name"], error)
-            if self.metrics is not None:
-                self.metrics.error("event")
+    def _event(self, workload: Mapping[str, Any], reason: str, message: str, kind: str) -> None:
+        """A core/v1 Event on the Workload, queued for the background recorder (never awaited
+        by a reconcile; :mod:`dispatcher.controller.events`)."""
+        self.events.record(workload, reason, message, kind)

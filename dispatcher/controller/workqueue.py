@@ -53,6 +53,11 @@ class WorkQueue:
         return len(self._queue)
 
     @property
+    def processing(self) -> frozenset[str]:
+        """Keys being processed now (at most one per worker)."""
+        return frozenset(self._processing)
+
+    @property
     def delayed(self) -> int:
         """Keys waiting for a delay to pass."""
         return len(self._deadlines)

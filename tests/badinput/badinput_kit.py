@@ -292,6 +292,8 @@ class SchemaLess:
         }
 
     async def events(self, name: str, namespace: str = "default") -> list[Obj]:
+        """The Events on ``name``, once the background recorder sent what it had queued."""
+        await self.nominator.events.flush()
         listed = await self.api.list(EVENTS, namespace)
         return [e for e in listed.items if e["involvedObject"]["name"] == name]
 
@@ -374,8 +376,8 @@ async def schema_less_dispatcher(
         nominator.reconcile = counted  # type: ignore[method-assign]
         record_event = nominator._event
 
-        async def noted(workload: Obj, reason: str, message: str, kind: str) -> None:
-            await record_event(workload, reason, message, kind)
+        def noted(workload: Obj, reason: str, message: str, kind: str) -> None:
+            record_event(workload, reason, message, kind)
             env.recorded.append((reason, message))
             env.notify()
 

@@ -133,6 +133,8 @@ class World:
     reconciles: dict[str, int] = field(default_factory=dict)
     seen: dict[str, str] = field(default_factory=dict)
     """The resourceVersion of each workload its last finished reconcile started from."""
+    echoed: dict[str, str] = field(default_factory=dict)
+    """Versions the loop skipped as the echo of its own nomination write (no reconcile)."""
     running: int = 0
     changed: anyio.Event = field(default_factory=anyio.Event)
     _scope: anyio.CancelScope | None = None
@@ -165,13 +167,16 @@ class World:
     def idle(self, *names: str, namespace: str = "default") -> bool:
         """No reconcile running or queued, and each named workload's last reconcile saw its
         current version (nothing it could react to is left)."""
-        if self.running or len(self.loop.queue):
+        if self.running or len(self.loop.queue) or self.loop.queue.processing:
             return False
         cache = self.mirrors.manager.cache("workloads")
         for name in names:
+            if self.loop.awaiting_echo(f"{namespace}/{name}"):
+                return False  # a write of the loop has not come back on the watch yet
             current = cache.get(name, namespace) or {}
             version = str((current.get("metadata") or {}).get("resourceVersion") or "")
-            if self.seen.get(f"{namespace}/{name}") != version:
+            key = f"{namespace}/{name}"
+            if version not in (self.seen.get(key), self.echoed.get(key)):
                 return False
         return True
 
@@ -201,7 +206,12 @@ class World:
 
         def on_change(cluster: str, resource: str, item: Any) -> None:
             if world.nominator is not None:
+                skipped = world.nominator.echoes_skipped
                 world.nominator.on_change(cluster, resource, item)
+                if world.nominator.echoes_skipped != skipped:
+                    # The echo of the loop's own nomination: handled, nothing to reconcile.
+                    meta = item.object["metadata"]
+                    world.echoed[f"{meta['namespace']}/{meta['name']}"] = meta["resourceVersion"]
             world.notify()
 
         registry = ClusterRegistry(
@@ -234,7 +244,7 @@ class World:
 
         nominator.reconcile = counted  # type: ignore[method-assign]
         self.registry, self.nominator = registry, nominator
-        self.reconciles, self.seen = {}, {}
+        self.reconciles, self.seen, self.echoed = {}, {}, {}
         scope = anyio.CancelScope()
         self._scope = scope
 

@@ -1,17 +1,19 @@
 """Issue 15: what one event or one re-list costs the controller, counted (never timed).
 
 A fan-out is a walk that re-queues every waiting (or every) manager Workload; its count is
-``Nominator.fan_outs``. Reconciles are counted per key by the controller kit.
+``Nominator.fan_outs``. Reconciles are counted per key by the controller kit, decisions by a
+counting pipeline, skipped echoes of our own writes by ``Nominator.echoes_skipped``.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 import pytest
-from controller_kit import KUEUE, World, world
+from controller_kit import KUEUE, World, keep_or_first, world
 
+from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest
 from dispatcher.k8s.client import KubeApi
 from dispatcher.k8s.resources import RESOURCE_FLAVORS, WORKLOADS
 
@@ -106,3 +108,30 @@ async def test_a_full_requeue_rederives_the_waiting_set_from_the_cache() -> None
         env.loop._waiting.clear()  # as if its events had reached no loop
         env.loop._requeue_all()
         assert waiting_keys(env) == ["default/job"]
+
+
+async def test_the_echo_of_our_own_write_asks_for_no_decision() -> None:
+    """Expectations: the watch event carrying our nomination write (the version its answer
+    named) queues nothing, so a nomination costs one decision, not two; a change someone else
+    makes afterwards (a label) is decided again as usual."""
+    decisions: list[str] = []
+
+    def counted(request: DispatchRequest, snapshots: Sequence[ClusterSnapshot]) -> Decision:
+        decisions.append(request.key)
+        return keep_or_first(request, snapshots)
+
+    async with world(decide=counted) as env:
+        await env.start_dispatcher()
+        await env.add_workload("job")
+        await env.wait(lambda: env.nominated("job") != () and env.idle("job"))
+        assert (len(decisions), env.loop.writes, env.loop.echoes_skipped) == (1, 1, 1)
+        assert not env.loop.awaiting_echo("default/job")
+
+        await env.api.request(
+            "PATCH",
+            WORKLOADS.path("default", "job"),
+            body={"metadata": {"labels": {"team": "a"}}},
+            content_type="application/merge-patch+json",
+        )
+        await env.wait(lambda: len(decisions) == 2 and env.idle("job"))
+        assert (env.loop.writes, env.loop.echoes_skipped) == (1, 1)

@@ -43,8 +43,10 @@ EXTRA_READS = {
     ("", "secrets", "get"),
 }
 # Granted for the opt-in unplaceable_release policy (off in the recorded run: nothing is
-# unplaceable there); tests/controller/test_unplaceable.py exercises it.
-EXTRA_WRITES = {("kueue.x-k8s.io", "workloads", "patch")}
+# unplaceable there); tests/controller/test_unplaceable.py exercises it. Events patch: a repeat
+# of an Event already recorded raises its count (the recorded run repeats none);
+# tests/controller/test_events.py exercises it.
+EXTRA_WRITES = {("kueue.x-k8s.io", "workloads", "patch"), ("", "events", "patch")}
 EXTRA_WORKER_READS = {
     ("kueue.x-k8s.io", r, "get")
     for r in ("clusterqueues", "localqueues", "resourceflavors", "workloads")
