@@ -6,11 +6,14 @@ reads a few fields. Each function here is applied to every object before it ente
 :class:`~dispatcher.k8s.watching.ObjectCache` (``LISTED``, ``ADDED``, ``MODIFIED`` and
 ``DELETED`` alike) and keeps exactly what the cache's readers use:
 
-- worker Workloads: :class:`~dispatcher.controller.snapshots.WorkerIndex` (queue, priority,
-  ``active``, creation time, the pod sets' counts, requests and placement constraints, the
-  conditions' type, status and transition time, ``status.admission``'s flavors and usage), the
-  origin label of copies (``is_copy``), and the controller's ``_copies`` / ``_holding_copy`` /
-  ``_leftover`` (the origin label, the ``Admitted`` and ``QuotaReserved`` conditions);
+- worker Workloads: what :class:`~dispatcher.controller.snapshots.WorkerIndex` reads of a
+  Workload in its state (a finished one: its origin label and conditions; one holding quota:
+  also its queue and ``status.admission``'s flavors and usage; a pending one: also its
+  priority, ``active``, creation time and the pod sets' counts, requests and placement
+  constraints), which covers the controller's ``_copies`` / ``_holding_copy`` / ``_leftover``
+  (the origin label, the ``Admitted`` and ``QuotaReserved`` conditions' status and transition
+  time); the few strings every record repeats (namespaces, queue, flavor and resource names,
+  condition types) are interned;
 - worker ClusterQueues, LocalQueues and ResourceFlavors: what ``dispatcher.kueue.objects``
   parses of them;
 - manager Workloads: kept whole but for ``managedFields``, of which only the entries
@@ -18,18 +21,21 @@ reads a few fields. Each function here is applied to every object before it ente
   subresource), reduced to whether they own ``status.nominatedClusterNames``;
 - every other manager object: whole but for ``managedFields``, which nothing reads.
 
-Every object keeps ``metadata.name``, ``namespace``, ``uid`` and ``resourceVersion`` (the cache
-keys it and tracks its resourceVersion). A field of an unexpected shape is kept as it came, so
+Every object keeps ``metadata.name``, ``namespace`` and ``resourceVersion`` (the cache keys it
+and tracks its resourceVersion), and but for worker Workloads its ``uid``, ``apiVersion`` and
+``kind``. A field of an unexpected shape is kept as it came, so
 parsing the slim object fails (or not) exactly as parsing the full one does. The functions are
 pure: they never change their argument, and share the kept values with it.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from typing import Any
 
 __all__ = [
+    "ORIGIN_LABEL",
     "manager_workload",
     "without_managed_fields",
     "worker_cluster_queue",
@@ -41,6 +47,9 @@ __all__ = [
 Obj = dict[str, Any]
 
 _IDENTITY = ("name", "namespace", "uid", "resourceVersion")
+
+ORIGIN_LABEL = "kueue.x-k8s.io/multikueue-origin"
+"""The label Kueue puts on the copies it creates on workers, with its ``multiKueue.origin``."""
 
 
 def _pick(value: Any, *fields: str) -> Any:
@@ -113,7 +122,10 @@ def manager_workload(obj: Obj) -> Obj:
 
 
 def _container(value: Any) -> Any:
-    return _pick(value, "resources", "restartPolicy")
+    out = _pick(value, "resources", "restartPolicy")
+    if isinstance(out, dict) and isinstance(out.get("resources"), Mapping):
+        out["resources"] = {k: _interned(v) for k, v in out["resources"].items()}
+    return out
 
 
 def _containers(value: Any) -> Any:
@@ -135,6 +147,8 @@ def _pod_spec(value: Any) -> Any:
     if not isinstance(value, Mapping):
         return value
     out = _pick(value, "nodeSelector", "tolerations", "overhead")
+    if "nodeSelector" in out:
+        out["nodeSelector"] = _interned(out["nodeSelector"])
     for name in ("containers", "initContainers"):
         if name in value:
             out[name] = _containers(value[name])
@@ -156,8 +170,10 @@ def _pod_set(value: Any) -> Any:
     return out
 
 
-def _workload_spec(value: Any) -> Any:
-    out = _pick(value, "queueName", "priority", "active")
+def _workload_spec(value: Any, pending: bool) -> Any:
+    if not pending:
+        return _interned(_pick(value, "queueName"))
+    out = _interned(_pick(value, "queueName", "priority", "active"))
     if isinstance(value, Mapping) and "podSets" in value:
         pod_sets = value["podSets"]
         out["podSets"] = [_pod_set(p) for p in pod_sets] if isinstance(pod_sets, list) else pod_sets
@@ -165,31 +181,103 @@ def _workload_spec(value: Any) -> Any:
 
 
 def _admission(value: Any) -> Any:
-    out = _pick(value, "clusterQueue")
+    out = _interned(_pick(value, "clusterQueue"))
     if isinstance(value, Mapping) and "podSetAssignments" in value:
-        out["podSetAssignments"] = _each(value["podSetAssignments"], "flavors", "resourceUsage")
+        out["podSetAssignments"] = (
+            [
+                {name: _interned(v) for name, v in item.items()}
+                if isinstance(item, Mapping)
+                else item
+                for item in _each(value["podSetAssignments"], "flavors", "resourceUsage")
+            ]
+            if isinstance(value["podSetAssignments"], list)
+            else value["podSetAssignments"]
+        )
     return out
 
 
-def _workload_status(value: Any) -> Any:
+def _interned(value: Any) -> Any:
+    """A mapping of a few strings (resource names, flavors, queue names) with its string keys
+    and values shared with every other record's (a decoded object has its own copy of each);
+    anything else as it is."""
+    if not isinstance(value, Mapping):
+        return value
+    return {
+        sys.intern(k) if isinstance(k, str) else k: sys.intern(v) if isinstance(v, str) else v
+        for k, v in value.items()
+    }
+
+
+WORKLOAD_CONDITIONS = frozenset({"QuotaReserved", "Admitted", "Finished"})
+"""The only conditions read of a worker Workload."""
+
+
+def _conditions(value: Any) -> Any:
+    if not isinstance(value, list) or not all(isinstance(c, Mapping) for c in value):
+        return value
+    return [
+        _interned(_pick(c, "type", "status", "lastTransitionTime"))
+        for c in value
+        if c.get("type") in WORKLOAD_CONDITIONS
+    ]
+
+
+def _state(obj: Mapping[str, Any]) -> str:
+    """What the index reads of a Workload in its state (as ``WorkerIndex`` derives it):
+    ``finished`` (its conditions only), ``reserved`` (also its queue and admission), else
+    ``pending`` (everything); ``pending`` too for conditions of an unexpected shape."""
+    status = obj.get("status") or {}
+    conditions = status.get("conditions") if isinstance(status, Mapping) else None
+    if not isinstance(conditions, list) or not all(isinstance(c, Mapping) for c in conditions):
+        return "pending"
+    found: dict[Any, str] = {}
+    for item in conditions:
+        found.setdefault(item.get("type"), str(item.get("status")))
+    if found.get("Finished") == "True":
+        return "finished"
+    return "reserved" if found.get("QuotaReserved") == "True" else "pending"
+
+
+def _workload_status(value: Any, state: str) -> Any:
     if not isinstance(value, Mapping):
         return value
     out: Obj = {}
     if "conditions" in value:
-        out["conditions"] = _each(value["conditions"], "type", "status", "lastTransitionTime")
-    if "admission" in value:
+        out["conditions"] = _conditions(value["conditions"])
+    if state != "finished" and "admission" in value:
         out["admission"] = _admission(value["admission"])
     return out
 
 
 def worker_workload(obj: Obj) -> Obj:
-    """A worker Workload as the index and the controller read it."""
-    return _slim(
-        obj,
-        ("labels", "creationTimestamp"),
-        spec=_workload_spec,
-        status=_workload_status,
-    )
+    """A worker Workload as the index and the controller read it, in its state: a finished one
+    keeps its origin label and the conditions read (``QuotaReserved``, ``Admitted``,
+    ``Finished``: the controller's readers of copies), one holding quota its queue and
+    ``status.admission`` too, a pending one its priority, ``active``, creation time and pod sets
+    (requests and placement constraints) too. Neither ``apiVersion``, ``kind``, ``uid`` nor any
+    other label is kept."""
+    state = _state(obj)
+    out: Obj = {}
+    meta = obj.get("metadata")
+    if meta is not None:
+        kept = _pick(meta, "name", "namespace", "resourceVersion")
+        if isinstance(meta, Mapping):
+            if "namespace" in kept and isinstance(kept["namespace"], str):
+                kept["namespace"] = sys.intern(kept["namespace"])
+            labels = meta.get("labels")
+            if isinstance(labels, Mapping):
+                if ORIGIN_LABEL in labels:
+                    kept["labels"] = _interned(_pick(labels, ORIGIN_LABEL))
+            elif "labels" in meta:
+                kept["labels"] = labels
+            if state == "pending" and "creationTimestamp" in meta:
+                kept["creationTimestamp"] = meta["creationTimestamp"]
+        out["metadata"] = kept
+    if state != "finished" and "spec" in obj:
+        out["spec"] = _workload_spec(obj["spec"], state == "pending")
+    if "status" in obj:
+        out["status"] = _workload_status(obj["status"], state)
+    return out
 
 
 def _cluster_queue_status(value: Any) -> Any:

@@ -23,6 +23,7 @@ from dispatcher.algorithms.building import snapshot_from_objects
 from dispatcher.algorithms.model import ClusterSnapshot, DispatchRequest, QueuedWorkload
 from dispatcher.clusters.mirror import Mirror
 from dispatcher.clusters.registry import Candidate
+from dispatcher.clusters.slim import ORIGIN_LABEL
 from dispatcher.controller.inflight import InFlight
 from dispatcher.k8s.watching import Key, Listed, Listener, Obj, ObjectCache, ObjectEvent
 from dispatcher.kueue.admission import admission_usage
@@ -59,10 +60,6 @@ def condition_status(obj: Mapping[str, Any], kind: str) -> str | None:
 def _key(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata") or {}
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-
-
-ORIGIN_LABEL = "kueue.x-k8s.io/multikueue-origin"
-"""The label Kueue puts on the copies it creates on workers, with its ``multiKueue.origin``."""
 
 
 def is_copy(obj: Mapping[str, Any], origin: str) -> bool:
