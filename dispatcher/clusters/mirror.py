@@ -23,6 +23,7 @@ from dispatcher.k8s.resources import ResourceRef
 from dispatcher.k8s.watching import (
     Disconnected,
     ObjectCache,
+    Transform,
     WatchItem,
     WatchSettings,
     list_watch,
@@ -34,17 +35,21 @@ log = logging.getLogger(__name__)
 __all__ = ["Mirror", "Watched"]
 
 ChangeCallback = Callable[[str, WatchItem], None]
-"""Called with the resource name and the event, after the cache applied it."""
+"""Called with the resource name and the event as the cache applied it (its object
+transformed), after the cache applied it."""
 
 
 @dataclass(frozen=True)
 class Watched:
-    """One resource a mirror keeps: where it is, which part of it, whether it may be missing."""
+    """One resource a mirror keeps: where it is, which part of it, whether it may be missing,
+    and what of each object (``transform``, applied before an object is cached and before the
+    change callback sees it; None keeps objects whole; see :mod:`dispatcher.clusters.slim`)."""
 
     resource: ResourceRef
     namespace: str | None = None
     label_selector: str | None = None
     optional: bool = False
+    transform: Transform | None = None
 
 
 class Mirror:
@@ -64,7 +69,7 @@ class Mirror:
         self.name = name
         self.api = api
         self.watched = dict(watched)
-        self.caches = {key: ObjectCache() for key in watched}
+        self.caches = {key: ObjectCache(spec.transform) for key, spec in watched.items()}
         self.unavailable: dict[str, str] = {}
         """Optional resources the cluster does not serve us, with the reason."""
         self.last_error = ""
@@ -154,6 +159,6 @@ class Mirror:
                         self._metrics.error("watch")
                 else:
                     self.unavailable.pop(key, None)
-                cache.apply(item)
+                item = cache.apply(item)
                 if self._on_change is not None:
                     self._on_change(key, item)

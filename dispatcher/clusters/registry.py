@@ -29,6 +29,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
+from dispatcher.clusters import slim
 from dispatcher.clusters.activeness import (
     DEFAULT_STALE_GRACE_SECONDS,
     Activeness,
@@ -90,10 +91,11 @@ ChangeCallback = Callable[[str, str, WatchItem], None]
 
 MANAGER_RESOURCES = ("workloads", "clusterqueues", "multikueueclusters", "multikueueconfigs")
 WORKER_RESOURCES: dict[str, Watched] = {
-    "clusterqueues": Watched(CLUSTER_QUEUES),
-    "localqueues": Watched(LOCAL_QUEUES),
-    "resourceflavors": Watched(RESOURCE_FLAVORS),
-    "workloads": Watched(WORKLOADS),
+    # Each keeps only what the dispatcher reads of it (dispatcher.clusters.slim).
+    "clusterqueues": Watched(CLUSTER_QUEUES, transform=slim.worker_cluster_queue),
+    "localqueues": Watched(LOCAL_QUEUES, transform=slim.worker_local_queue),
+    "resourceflavors": Watched(RESOURCE_FLAVORS, transform=slim.worker_resource_flavor),
+    "workloads": Watched(WORKLOADS, transform=slim.worker_workload),
 }
 
 
@@ -251,19 +253,22 @@ class ClusterRegistry:
         self._client_factory = client_factory
         self._metrics = metrics
         self._group: TaskGroup | None = None
+        bare = slim.without_managed_fields
         self.manager = Mirror(
             "manager",
             manager_api,
             {
-                "workloads": Watched(WORKLOADS),
-                "clusterqueues": Watched(CLUSTER_QUEUES),
+                # Whole objects but for managedFields, of which the Workloads keep what the
+                # nomination's time is read from (dispatcher.clusters.slim).
+                "workloads": Watched(WORKLOADS, transform=slim.manager_workload),
+                "clusterqueues": Watched(CLUSTER_QUEUES, transform=bare),
                 # Optional: only to name the ClusterQueue of a workload starved behind
                 # unplaceable ones (dispatcher.controller.outage); RBAC may not grant it.
-                "localqueues": Watched(LOCAL_QUEUES, optional=True),
-                "multikueueclusters": Watched(MULTIKUEUE_CLUSTERS),
-                "multikueueconfigs": Watched(MULTIKUEUE_CONFIGS),
-                "admissionchecks": Watched(ADMISSION_CHECKS),
-                "secrets": Watched(SECRETS, namespace=kueue_namespace),
+                "localqueues": Watched(LOCAL_QUEUES, optional=True, transform=bare),
+                "multikueueclusters": Watched(MULTIKUEUE_CLUSTERS, transform=bare),
+                "multikueueconfigs": Watched(MULTIKUEUE_CONFIGS, transform=bare),
+                "admissionchecks": Watched(ADMISSION_CHECKS, transform=bare),
+                "secrets": Watched(SECRETS, namespace=kueue_namespace, transform=bare),
             },
             settings=manager_watch_settings or self._settings,
             clock=clock,

@@ -1,7 +1,8 @@
 """Cluster snapshots for decisions, built from a worker's mirror without any API call.
 
 Parsing every cached object for every decision would make a burst quadratic, so each worker has
-a :class:`WorkerIndex` of parsed views that is rebuilt only when that worker's caches changed.
+a :class:`WorkerIndex` of parsed views, updated by each change of that worker's caches (one
+Workload event re-parses that Workload, not the worker).
 Quota held on a worker is computed from the mirrored Workloads (``status.admission`` of those
 with ``QuotaReserved=True`` and not finished) rather than read from ClusterQueue status, so it is
 consistent with the in-flight ledger, which is settled from the same Workloads.
@@ -9,15 +10,22 @@ consistent with the in-flight ledger, which is settled from the same Workloads.
 
 from __future__ import annotations
 
+import bisect
+import contextlib
 import dataclasses
-from collections.abc import Iterable, Mapping
+import functools
+import itertools
+from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from dispatcher.algorithms.building import snapshot_from_objects
 from dispatcher.algorithms.model import ClusterSnapshot, DispatchRequest, QueuedWorkload
 from dispatcher.clusters.mirror import Mirror
 from dispatcher.clusters.registry import Candidate
+from dispatcher.clusters.slim import ORIGIN_LABEL
 from dispatcher.controller.inflight import InFlight
+from dispatcher.k8s.watching import Key, Listed, Listener, Obj, ObjectCache, ObjectEvent
 from dispatcher.kueue.admission import admission_usage
 from dispatcher.kueue.objects import (
     ClusterQueueView,
@@ -54,10 +62,6 @@ def _key(obj: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
-ORIGIN_LABEL = "kueue.x-k8s.io/multikueue-origin"
-"""The label Kueue puts on the copies it creates on workers, with its ``multiKueue.origin``."""
-
-
 def is_copy(obj: Mapping[str, Any], origin: str) -> bool:
     """Whether a worker Workload is a copy made by the manager of ``origin`` (C32): Kueue keys
     its copies by ``kueue.x-k8s.io/multikueue-origin``, not by namespace/name alone; a
@@ -65,110 +69,396 @@ def is_copy(obj: Mapping[str, Any], origin: str) -> bool:
     return ((obj.get("metadata") or {}).get("labels") or {}).get(ORIGIN_LABEL) == origin
 
 
+_VERSIONS = itertools.count()
+"""Index versions, unique across every index of the process (an index built anew for a new
+mirror never reuses the version of its predecessor, so a cached snapshot is never mistaken for
+a current one)."""
+
+RESOURCES = ("localqueues", "resourceflavors", "clusterqueues", "workloads")
+"""The worker caches an index is built from."""
+
+_OrderKey = tuple[int, str, str]
+"""A pending workload's place in its ClusterQueue: (-priority, creationTimestamp, key)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Entry:
+    """What one Workload contributes to the index."""
+
+    copy: bool = False
+    queue_ref: tuple[str, str] | None = None
+    """(namespace, spec.queueName) of an unfinished workload: a change of that LocalQueue
+    changes this entry."""
+    admitted: str | None = None
+    reserved_key: bool = False
+    usage: tuple[str, Mapping[FlavorResource, int]] | None = None
+    """(ClusterQueue, quota held) of one holding quota."""
+    pending: tuple[str, _OrderKey, QueuedWorkload] | None = None
+    """(ClusterQueue, order, workload) of one waiting in a ClusterQueue."""
+    error: str | None = None
+
+
+class _Pending(Mapping[str, tuple[QueuedWorkload, ...]]):
+    """Pending workloads per ClusterQueue, each list kept in queue order; the tuple a reader
+    gets is made once per change of that ClusterQueue's list."""
+
+    def __init__(self) -> None:
+        self.order: dict[str, list[_OrderKey]] = {}
+        self.by_key: dict[str, dict[str, QueuedWorkload]] = {}
+        self._tuples: dict[str, tuple[QueuedWorkload, ...]] = {}
+
+    def add(self, cq: str, order: _OrderKey, workload: QueuedWorkload) -> None:
+        bisect.insort(self.order.setdefault(cq, []), order)
+        self.by_key.setdefault(cq, {})[order[2]] = workload
+        self._tuples.pop(cq, None)
+
+    def remove(self, cq: str, order: _OrderKey) -> None:
+        keys = self.order[cq]
+        del keys[bisect.bisect_left(keys, order)]
+        del self.by_key[cq][order[2]]
+        self._tuples.pop(cq, None)
+        if not keys:
+            del self.order[cq], self.by_key[cq]
+
+    def __getitem__(self, cq: str) -> tuple[QueuedWorkload, ...]:
+        found = self._tuples.get(cq)
+        if found is None:
+            items = self.by_key[cq]
+            found = self._tuples[cq] = tuple(items[key] for _, _, key in self.order[cq])
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.order)
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+
 class WorkerIndex:
-    """Parsed views of one worker's mirror, for one version of its caches.
+    """Parsed views of one worker's mirror, kept in step with its caches event by event.
 
     ``origin`` is Kueue's ``multiKueue.origin``: only Workloads with that origin label count as
     copies of manager Workloads (``copies``, ``admitted``, ``reserved_keys``); every Workload
-    counts for the worker's usage and queues."""
+    counts for the worker's usage and queues.
+
+    :meth:`refresh` builds the index from a mirror (the first time, or when the worker's mirror
+    was replaced by a reconnect) and attaches it to that mirror's caches: from then on every
+    change they apply updates the index at once (:meth:`apply`): one Workload event re-parses
+    that Workload only, subtracting what it contributed before (quota held in its ClusterQueue,
+    its place in a pending list, ...) and adding what it contributes now; a LocalQueue event
+    re-derives the Workloads that name it; a re-list (its ``Listed`` marker) rebuilds the whole
+    index, as one update. ``version`` changes with every applied change. ``parses`` counts the
+    objects parsed (for operation counts).
+    """
 
     def __init__(self, origin: str = "multikueue") -> None:
         self.origin = origin
         self.version = -1
+        self.mirror: Mirror | None = None
+        """The mirror the index follows (None: not built yet)."""
+        self.parses = 0
+        """Objects parsed so far (a full build parses every object of the worker)."""
+        self.builds = 0
         self.local_queues: tuple[LocalQueueView, ...] = ()
-        self.cluster_queues: tuple[ClusterQueueView, ...] = ()
         self.flavors: tuple[ResourceFlavorView, ...] = ()
-        self.pending: dict[str, tuple[QueuedWorkload, ...]] = {}
+        self.pending: Mapping[str, tuple[QueuedWorkload, ...]] = _Pending()
         """Pending workloads per ClusterQueue name, by priority then age."""
-        self.reserved_keys: frozenset[str] = frozenset()
+        self.reserved_keys: AbstractSet[str] = set()
         """Keys of the copies holding quota on this worker."""
         self.admitted: dict[str, str] = {}
         """Keys of copies ``Admitted=True`` here, with the transition time."""
-        self.copies: frozenset[str] = frozenset()
+        self.copies: AbstractSet[str] = set()
         """Keys of every copy (this manager's origin label) on this worker."""
-        self.errors: list[str] = []
+        self._listeners: list[tuple[ObjectCache, Listener]] = []
+        self._reset()
 
-    def refresh(self, mirror: Mirror, version: int) -> None:
-        """Rebuild from ``mirror`` unless already built for ``version``."""
-        if version == self.version:
+    def _reset(self) -> None:
+        self._pending = _Pending()
+        self.pending = self._pending
+        self._reserved_keys: set[str] = set()
+        self.reserved_keys = self._reserved_keys
+        self.admitted = {}
+        self._copies: set[str] = set()
+        self.copies = self._copies
+        self._lqs: dict[Key, LocalQueueView] = {}
+        self._queue_of: dict[tuple[str, str], str] = {}
+        self._rfs: dict[Key, ResourceFlavorView] = {}
+        self._cqs: dict[Key, ClusterQueueView] = {}
+        self._cq_views: tuple[ClusterQueueView, ...] | None = None
+        self._entries: dict[Key, _Entry] = {}
+        self._by_queue: dict[tuple[str, str], set[Key]] = {}
+        self._reserved: dict[str, dict[FlavorResource, list[int]]] = {}
+        """Quota held per ClusterQueue: (flavor, resource) -> [amount, workloads counted]."""
+        self._errors: dict[str, dict[Key, str]] = {resource: {} for resource in RESOURCES}
+        self.local_queues = ()
+        self.flavors = ()
+
+    # --- feeding ------------------------------------------------------------------------------
+
+    def refresh(self, mirror: Mirror, version: int | None = None) -> None:
+        """Follow ``mirror``: built from it and attached to its caches unless already (the
+        index then follows every change by itself, so this costs nothing). ``version`` is not
+        used (the caller's count of changes; the index keeps its own)."""
+        if mirror is not self.mirror:
+            self.attach(mirror)
+
+    def attach(self, mirror: Mirror) -> None:
+        """Build from ``mirror`` and follow its caches from now on (no longer the previous
+        mirror's)."""
+        self.detach()
+        self.mirror = mirror
+        for resource in RESOURCES:
+            cache = mirror.cache(resource)
+            listener = functools.partial(self.apply, resource)
+            cache.listeners.append(listener)
+            self._listeners.append((cache, listener))
+        self._build()
+
+    def detach(self) -> None:
+        """Stop following the mirror (the views stay as they are)."""
+        for cache, listener in self._listeners:
+            with contextlib.suppress(ValueError):
+                cache.listeners.remove(listener)
+        self._listeners = []
+
+    def apply(self, resource: str, item: ObjectEvent | Listed) -> None:
+        """One change of the ``resource`` cache of the mirror, after the cache applied it."""
+        if self.mirror is None:
             return
-        errors: list[str] = []
-        lqs: list[LocalQueueView] = []
-        for raw in mirror.cache("localqueues").items():
-            try:
-                lqs.append(parse_local_queue(raw))
-            except (ValueError, TypeError, KeyError) as error:
-                errors.append(f"LocalQueue {_key(raw)}: {error}")
-        flavors: list[ResourceFlavorView] = []
-        for raw in mirror.cache("resourceflavors").items():
-            try:
-                flavors.append(parse_resource_flavor(raw))
-            except (ValueError, TypeError, KeyError) as error:
-                errors.append(f"ResourceFlavor {_key(raw)}: {error}")
-        queue_of = {(lq.namespace, lq.name): lq.cluster_queue for lq in lqs}
-        reserved: dict[str, dict[FlavorResource, int]] = {}
-        pending: dict[str, list[tuple[int, str, QueuedWorkload]]] = {}
-        reserved_keys: set[str] = set()
-        admitted: dict[str, str] = {}
-        copies: set[str] = set()
-        for raw in mirror.cache("workloads").items():
-            key = _key(raw)
-            ours = is_copy(raw, self.origin)
-            if ours:
-                copies.add(key)
-            meta = raw.get("metadata") or {}
-            spec = raw.get("spec") or {}
-            status = raw.get("status") or {}
-            if condition_status(raw, "Finished") == "True":
-                continue
-            if ours and condition_status(raw, "Admitted") == "True":
-                for item in status.get("conditions") or []:
-                    if item.get("type") == "Admitted":
-                        admitted[key] = str(item.get("lastTransitionTime", ""))
-            queue = queue_of.get((str(meta.get("namespace", "")), str(spec.get("queueName", ""))))
-            if condition_status(raw, "QuotaReserved") == "True":
-                if ours:
-                    reserved_keys.add(key)
-                cq = str((status.get("admission") or {}).get("clusterQueue") or queue or "")
-                try:
-                    usage = admission_usage(status.get("admission"))
-                except (ValueError, TypeError) as error:
-                    errors.append(f"Workload {key}: status.admission: {error}")
-                    continue
-                totals = reserved.setdefault(cq, {})
-                for fr, amount in usage.items():
-                    totals[fr] = totals.get(fr, 0) + amount
-            elif queue is not None and spec.get("active", True) is not False:
-                try:
-                    pod_sets = tuple(parse_pod_set(ps) for ps in spec.get("podSets") or [])
-                except (ValueError, TypeError, KeyError) as error:
-                    errors.append(f"Workload {key}: spec.podSets: {error}")
-                    continue
-                priority = int(spec.get("priority") or 0)
-                created = str(meta.get("creationTimestamp", ""))
-                pending.setdefault(queue, []).append(
-                    (-priority, created, QueuedWorkload(key, priority, pod_sets))
-                )
-        cqs: list[ClusterQueueView] = []
-        for raw in mirror.cache("clusterqueues").items():
-            try:
-                view = parse_cluster_queue(raw)
-            except (ValueError, TypeError, KeyError) as error:
-                errors.append(f"ClusterQueue {_key(raw)}: {error}")
-                continue
-            cqs.append(dataclasses.replace(view, reserved=frozen_map(reserved.get(view.name, {}))))
-        self.local_queues = tuple(lqs)
-        self.cluster_queues = tuple(cqs)
-        self.flavors = tuple(flavors)
-        self.pending = {
-            cq: tuple(w for _, _, w in sorted(items, key=lambda t: (t[0], t[1], t[2].key)))
-            for cq, items in pending.items()
+        if isinstance(item, Listed):
+            self._build()
+            return
+        if item.type == "LISTED":
+            return  # staged by the cache until its Listed marker
+        obj = None if item.type == "DELETED" else item.object
+        key = item.key
+        if resource == "workloads":
+            self._set_workload(key, obj)
+        elif resource == "localqueues":
+            self._set_local_queue(key, obj)
+        elif resource == "clusterqueues":
+            self._set_cluster_queue(key, obj)
+        elif resource == "resourceflavors":
+            self._set_flavor(key, obj)
+        else:
+            return
+        self.version = next(_VERSIONS)
+
+    def _build(self) -> None:
+        assert self.mirror is not None
+        self._reset()
+        self.builds += 1
+        caches = {resource: self.mirror.cache(resource) for resource in RESOURCES}
+        for key, raw in sorted(caches["localqueues"].objects.items()):
+            self._parse_local_queue(key, raw)
+        self._local_queues_changed()
+        for key, raw in sorted(caches["resourceflavors"].objects.items()):
+            self._parse_flavor(key, raw)
+        self.flavors = tuple(view for _, view in sorted(self._rfs.items()))
+        for key, raw in caches["clusterqueues"].objects.items():
+            self._parse_cluster_queue(key, raw)
+        for key, raw in caches["workloads"].objects.items():
+            self._add_entry(key, self._derive(raw))
+        self.version = next(_VERSIONS)
+
+    # --- views --------------------------------------------------------------------------------
+
+    @property
+    def cluster_queues(self) -> tuple[ClusterQueueView, ...]:
+        """The ClusterQueues, with the quota held in each (from the mirrored Workloads)."""
+        if self._cq_views is None:
+            self._cq_views = tuple(
+                dataclasses.replace(view, reserved=self._reserved_in(view.name))
+                for _, view in sorted(self._cqs.items())
+            )
+        return self._cq_views
+
+    def _reserved_in(self, cq: str) -> Mapping[FlavorResource, int]:
+        totals = self._reserved.get(cq, {})
+        return frozen_map({fr: totals[fr][0] for fr in sorted(totals)})
+
+    @property
+    def errors(self) -> list[str]:
+        """Objects that could not be parsed: LocalQueues, ResourceFlavors, Workloads, then
+        ClusterQueues, each by key."""
+        return [
+            message
+            for resource in ("localqueues", "resourceflavors", "workloads", "clusterqueues")
+            for _, message in sorted(self._errors[resource].items())
+        ]
+
+    # --- LocalQueues, ResourceFlavors, ClusterQueues ------------------------------------------
+
+    def _error(self, resource: str, key: Key, message: str | None) -> None:
+        if message is None:
+            self._errors[resource].pop(key, None)
+        else:
+            self._errors[resource][key] = message
+
+    def _parse_local_queue(self, key: Key, raw: Obj | None) -> None:
+        self._lqs.pop(key, None)
+        self._error("localqueues", key, None)
+        if raw is None:
+            return
+        self.parses += 1
+        try:
+            self._lqs[key] = parse_local_queue(raw)
+        except (ValueError, TypeError, KeyError) as error:
+            self._error("localqueues", key, f"LocalQueue {_key(raw)}: {error}")
+
+    def _local_queues_changed(self) -> None:
+        self.local_queues = tuple(view for _, view in sorted(self._lqs.items()))
+        self._queue_of = {(lq.namespace, lq.name): lq.cluster_queue for lq in self.local_queues}
+
+    def _set_local_queue(self, key: Key, raw: Obj | None) -> None:
+        before = dict(self._queue_of)
+        self._parse_local_queue(key, raw)
+        self._local_queues_changed()
+        # The Workloads naming a queue whose ClusterQueue changed move (rare: re-derive them).
+        moved = {
+            ref for ref in {*before, *self._queue_of} if before.get(ref) != self._queue_of.get(ref)
         }
-        self.reserved_keys = frozenset(reserved_keys)
-        self.admitted = admitted
-        self.copies = frozenset(copies)
-        self.errors = errors
-        self.version = version
+        workloads = self.mirror.cache("workloads") if self.mirror is not None else None
+        for ref in moved:
+            for wl_key in sorted(self._by_queue.get(ref, ())):
+                raw_workload = workloads.objects.get(wl_key) if workloads is not None else None
+                if raw_workload is not None:
+                    self._set_workload(wl_key, raw_workload)
+
+    def _parse_flavor(self, key: Key, raw: Obj | None) -> None:
+        self._rfs.pop(key, None)
+        self._error("resourceflavors", key, None)
+        if raw is None:
+            return
+        self.parses += 1
+        try:
+            self._rfs[key] = parse_resource_flavor(raw)
+        except (ValueError, TypeError, KeyError) as error:
+            self._error("resourceflavors", key, f"ResourceFlavor {_key(raw)}: {error}")
+
+    def _set_flavor(self, key: Key, raw: Obj | None) -> None:
+        self._parse_flavor(key, raw)
+        self.flavors = tuple(view for _, view in sorted(self._rfs.items()))
+
+    def _parse_cluster_queue(self, key: Key, raw: Obj | None) -> None:
+        self._cqs.pop(key, None)
+        self._error("clusterqueues", key, None)
+        self._cq_views = None
+        if raw is None:
+            return
+        self.parses += 1
+        try:
+            self._cqs[key] = parse_cluster_queue(raw)
+        except (ValueError, TypeError, KeyError) as error:
+            self._error("clusterqueues", key, f"ClusterQueue {_key(raw)}: {error}")
+
+    def _set_cluster_queue(self, key: Key, raw: Obj | None) -> None:
+        self._parse_cluster_queue(key, raw)
+
+    # --- Workloads ----------------------------------------------------------------------------
+
+    def _derive(self, raw: Obj) -> _Entry:
+        """What one Workload contributes (one parse)."""
+        self.parses += 1
+        key = _key(raw)
+        ours = is_copy(raw, self.origin)
+        if condition_status(raw, "Finished") == "True":
+            return _Entry(copy=ours)
+        meta = raw.get("metadata") or {}
+        spec = raw.get("spec") or {}
+        status = raw.get("status") or {}
+        admitted = None
+        if ours and condition_status(raw, "Admitted") == "True":
+            for item in status.get("conditions") or []:
+                if item.get("type") == "Admitted":
+                    admitted = str(item.get("lastTransitionTime", ""))
+        ref = (str(meta.get("namespace", "")), str(spec.get("queueName", "")))
+        queue = self._queue_of.get(ref)
+        entry = _Entry(copy=ours, queue_ref=ref, admitted=admitted)
+        if condition_status(raw, "QuotaReserved") == "True":
+            cq = str((status.get("admission") or {}).get("clusterQueue") or queue or "")
+            try:
+                usage = admission_usage(status.get("admission"))
+            except (ValueError, TypeError) as error:
+                return dataclasses.replace(
+                    entry, reserved_key=ours, error=f"Workload {key}: status.admission: {error}"
+                )
+            return dataclasses.replace(entry, reserved_key=ours, usage=(cq, usage))
+        if queue is None or spec.get("active", True) is False:
+            return entry
+        try:
+            pod_sets = tuple(parse_pod_set(ps) for ps in spec.get("podSets") or [])
+        except (ValueError, TypeError, KeyError) as error:
+            return dataclasses.replace(entry, error=f"Workload {key}: spec.podSets: {error}")
+        try:
+            priority = int(spec.get("priority") or 0)
+        except (ValueError, TypeError) as error:
+            return dataclasses.replace(entry, error=f"Workload {key}: spec.priority: {error}")
+        created = str(meta.get("creationTimestamp", ""))
+        workload = QueuedWorkload(key, priority, pod_sets)
+        return dataclasses.replace(entry, pending=(queue, (-priority, created, key), workload))
+
+    def _set_workload(self, key: Key, raw: Obj | None) -> None:
+        old = self._entries.pop(key, None)
+        if old is not None:
+            self._remove_entry(key, old)
+        if raw is not None:
+            self._add_entry(key, self._derive(raw))
+
+    def _add_entry(self, key: Key, entry: _Entry) -> None:
+        self._entries[key] = entry
+        name = f"{key[0]}/{key[1]}"
+        if entry.copy:
+            self._copies.add(name)
+        if entry.queue_ref is not None:
+            self._by_queue.setdefault(entry.queue_ref, set()).add(key)
+        if entry.admitted is not None:
+            self.admitted[name] = entry.admitted
+        if entry.reserved_key:
+            self._reserved_keys.add(name)
+        if entry.usage is not None:
+            cq, usage = entry.usage
+            totals = self._reserved.setdefault(cq, {})
+            for fr, amount in usage.items():
+                held = totals.setdefault(fr, [0, 0])
+                held[0] += amount
+                held[1] += 1
+            self._cq_views = None
+        if entry.pending is not None:
+            self._pending.add(*entry.pending)
+        if entry.error is not None:
+            self._errors["workloads"][key] = entry.error
+
+    def _remove_entry(self, key: Key, entry: _Entry) -> None:
+        name = f"{key[0]}/{key[1]}"
+        if entry.copy:
+            self._copies.discard(name)
+        if entry.queue_ref is not None:
+            keys = self._by_queue[entry.queue_ref]
+            keys.discard(key)
+            if not keys:
+                del self._by_queue[entry.queue_ref]
+        if entry.admitted is not None:
+            self.admitted.pop(name, None)
+        if entry.reserved_key:
+            self._reserved_keys.discard(name)
+        if entry.usage is not None:
+            cq, usage = entry.usage
+            totals = self._reserved[cq]
+            for fr, amount in usage.items():
+                held = totals[fr]
+                held[0] -= amount
+                held[1] -= 1
+                if held[1] == 0:
+                    del totals[fr]
+            if not totals:
+                del self._reserved[cq]
+            self._cq_views = None
+        if entry.pending is not None:
+            cq, order, _ = entry.pending
+            self._pending.remove(cq, order)
+        if entry.error is not None:
+            self._errors["workloads"].pop(key, None)
 
 
 def _queue_of(index: WorkerIndex, namespace: str, queue_name: str) -> str | None:

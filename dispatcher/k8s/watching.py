@@ -20,7 +20,9 @@ stream (it never yields from inside a cancel scope):
    fails too reports one. So a server that sends no bookmarks does not make quiet streams wait
    ever longer, and one cut stream does not mark the cluster disconnected.
 
-:class:`ObjectCache` applies these events to a dict of objects, as the mirrors do.
+:class:`ObjectCache` applies these events to a dict of objects, as the mirrors do (optionally
+through an ingest transform that keeps only what its readers use, and a re-list replacing the
+contents at once at its marker).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -373,46 +375,86 @@ async def _handle(line: bytes, state: _WatchState, send: MemoryObjectSendStream[
     state.events += 1
 
 
+Transform = Callable[[Obj], Obj]
+"""An ingest transform (client-go's informer ``TransformFunc``): what a cache keeps of an object.
+It must be pure (not change its argument) and accept any JSON object."""
+
+Listener = Callable[[ObjectEvent | Listed], None]
+"""Told of every change of a cache's contents, after it is applied: an ``ADDED``, ``MODIFIED``
+or ``DELETED`` event (as transformed), or a :class:`Listed` marker (the contents were replaced
+by a re-list at once). ``LISTED`` events change nothing until their marker."""
+
+
 class ObjectCache:
     """Objects by ``(namespace, name)``, kept by applying :data:`WatchItem` s in order.
 
     ``synced`` turns True at the first :class:`Listed`; ``connected`` is False between a
     :class:`Disconnected` and the next list, stream or event.
+
+    ``transform`` (None: keep objects whole) is applied to every object before it is kept,
+    whatever the event type. A re-list is atomic: its ``LISTED`` objects are staged, and the
+    contents are replaced at its :class:`Listed` marker (what was neither listed nor in the
+    marker's keys is dropped), so a reader between the first ``LISTED`` event and the marker
+    sees the old contents, and ``listeners`` see the re-list as one change. A staged list that
+    is cut short (any other item before its marker) is dropped.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, transform: Transform | None = None) -> None:
         self.objects: dict[Key, Obj] = {}
+        self.transform = transform
+        self.listeners: list[Listener] = []
         self.synced = False
         self.connected = False
         self.streaming = False
         """A watch stream is open now (its :class:`Watching` arrived; not after a list alone)."""
         self.resource_version = ""
         self.lists = 0
+        self._listing: dict[Key, Obj] | None = None
 
-    def apply(self, item: WatchItem) -> None:
-        """Apply one event."""
+    def apply(self, item: WatchItem) -> WatchItem:
+        """Apply one event; returns it as applied (its object transformed)."""
         if isinstance(item, ObjectEvent):
+            if self.transform is not None:
+                item = ObjectEvent(item.type, self.transform(item.object))
             self.connected = True
+            if item.type == "LISTED":
+                if self._listing is None:
+                    self._listing = {}
+                self._listing[item.key] = item.object
+                return item
+            self._listing = None
             if item.type == "DELETED":
                 self.objects.pop(item.key, None)
             else:
                 self.objects[item.key] = item.object
-            if item.type != "LISTED" and item.resource_version:
+            if item.resource_version:
                 self.resource_version = item.resource_version
+            self._notify(item)
         elif isinstance(item, Listed):
-            for key in set(self.objects) - item.keys:
-                del self.objects[key]
+            listing = self._listing or {}
+            self._listing = None
+            objects = {key: obj for key, obj in self.objects.items() if key in item.keys}
+            objects.update((key, obj) for key, obj in listing.items() if key in item.keys)
+            self.objects = objects
             self.synced = True
             self.connected = True
             self.streaming = False
             self.resource_version = item.resource_version
             self.lists += 1
+            self._notify(item)
         elif isinstance(item, Watching):
+            self._listing = None
             self.connected = True
             self.streaming = True
         else:
+            self._listing = None
             self.connected = False
             self.streaming = False
+        return item
+
+    def _notify(self, item: ObjectEvent | Listed) -> None:
+        for listener in list(self.listeners):
+            listener(item)
 
     def get(self, name: str, namespace: str = "") -> Obj | None:
         """One object, or None."""
