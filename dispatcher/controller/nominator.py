@@ -84,6 +84,9 @@ Decide = Callable[[DispatchRequest, Sequence[ClusterSnapshot]], Decision]
 # The ``algorithm`` label of a nomination written back to the worker whose copy holds quota
 # (no pipeline decided it, see ``Nominator._holding_copy``).
 HOLDER_ALGORITHM = "copy-holds-quota"
+CAPACITY_KEY = "capacity:"
+"""Work-queue keys of coalesced capacity changes (``capacity:<worker>``); a Workload key is
+``namespace/name`` and a namespace holds no colon."""
 EVENT_FLUSH_SECONDS = 1.0
 """How long a stopping loop still sends queued Events (part of the shutdown budget)."""
 WORKER_JOBS = ResourceRef("batch", "v1", "jobs", "Job")
@@ -100,6 +103,9 @@ class ControllerConfig:
     field_manager: str = "multikueue-dispatcher"
     workers: int = 4
     resync_seconds: float = 30.0
+    capacity_coalesce_seconds: float = 0.1
+    """How long a worker's capacity change (a quota, queue or copy event) waits before the
+    workloads that can go there are re-queued: the events of a burst cost one re-queue each."""
     decision_timeout_seconds: float = 2.0
     stuck_after_seconds: float = 15.0
     """How long a copy may be Admitted on a worker without ``clusterName`` on the manager
@@ -293,7 +299,6 @@ class Nominator:
         self.records: dict[str, Record] = {}
         self.indexes: dict[str, WorkerIndex] = {}
         self._snapshots = SnapshotCache()
-        self.versions: dict[str, int] = {}
         self.writes = 0
         self.races = 0
         self._now = now or (lambda: datetime.datetime.now(datetime.UTC).timestamp())
@@ -315,10 +320,11 @@ class Nominator:
         self._mkc_seen: dict[str, tuple[str, str]] = {}
         self.releases = 0
         self.restores = 0
-        self._waiting: dict[str, None] = {}
+        self._waiting: dict[str, list[str]] = {}
         """Manager Workloads that hold quota and have no ``clusterName`` (the ones a capacity or
-        connectivity change can place), kept from the manager's workload events in the order
-        they started waiting, so a fan-out walks them and not the whole cache."""
+        connectivity change can place), with the names of their admission checks, kept from
+        the manager's workload events in the order they started waiting, so a fan-out walks
+        them and not the whole cache."""
         self.fan_outs = 0
         """Fan-out walks (re-queues of every waiting or every workload), for operation counts."""
         self.events = EventRecorder(lambda: self.registry.manager.api, metrics=metrics)
@@ -344,7 +350,8 @@ class Nominator:
             if resource == "workloads":
                 if isinstance(item, ObjectEvent):
                     self._track_waiting(item)
-                    if not self._own_echo(item):
+                    # A re-list replaces the cache at its marker, which queues every listed key.
+                    if item.type != "LISTED" and not self._own_echo(item):
                         self.queue.add(_key_of(item.object))
                 elif isinstance(item, Listed):
                     self._echoes.clear()  # every listed key is decided again anyway
@@ -364,10 +371,19 @@ class Nominator:
             elif fans_out:
                 self._requeue_all()
             return
-        self.versions[cluster] = self.versions.get(cluster, 0) + 1
-        if resource == "workloads" and isinstance(item, ObjectEvent):
+        if (
+            resource == "workloads"
+            and isinstance(item, ObjectEvent)
+            and is_copy(item.object, self.config.origin)
+        ):
+            # A copy of ours (C32: by its origin label) changes its one manager Workload.
             self.queue.add(_key_of(item.object))
-        if fans_out:
+        if fans_out and resource != "connection":
+            if not self._first_list(cluster, resource, item):
+                # Quota or queues changed on this worker: one delayed re-queue of the workloads
+                # that can go there, however many events come meanwhile.
+                self.queue.add_after(CAPACITY_KEY + cluster, self.config.capacity_coalesce_seconds)
+        elif fans_out:
             self._requeue_waiting()
         elif resource == "connection":
             changed = self._usability_changed(cluster)
@@ -375,6 +391,19 @@ class Nominator:
                 self._requeue_waiting()
             elif changed == "usable":
                 self._reachability_changed(cluster, self.registry.mirror_usable(cluster))
+
+    def _first_list(self, cluster: str, resource: str, item: WatchItem) -> bool:
+        """Whether ``item`` ends the first list of a worker resource: what a worker's first
+        sync can change is decided when its connection settles (every waiting workload is
+        re-queued then), not once per resource."""
+        worker = self.registry.workers.get(cluster)
+        mirror = worker.mirror if worker is not None else None
+        return (
+            isinstance(item, Listed)
+            and mirror is not None
+            and resource in mirror.caches
+            and mirror.cache(resource).lists == 1
+        )
 
     def _usability_changed(self, cluster: str) -> str:
         """What of a worker's connection change can change a decision: ``usable`` when our
@@ -485,9 +514,30 @@ class Nominator:
             and not status.get("clusterName")
             and condition_status(obj, "QuotaReserved") == "True"
         ):
-            self._waiting.setdefault(key, None)
+            # (assigning keeps the key's place: the set stays in the order they started waiting)
+            self._waiting[key] = [
+                str(c.get("name") or "") for c in status.get("admissionChecks") or []
+            ]
         else:
             self._waiting.pop(key, None)
+
+    def _requeue_waiting_on(self, cluster: str) -> None:
+        """A capacity change on ``cluster`` (coalesced): re-queue the waiting workloads whose
+        MultiKueue admission check lists it; one whose check is unknown yet, too."""
+        self.fan_outs += 1
+        checks = self.registry.multikueue_checks()
+        reaches: dict[str, bool] = {}
+        for key, names in self._waiting.items():
+            mine = [n for n in names if n in checks]
+            if not mine:
+                self.queue.add(key)
+                continue
+            for check in mine:
+                if check not in reaches:
+                    reaches[check] = cluster in self.registry.config_of(check)[1]
+                if reaches[check]:
+                    self.queue.add(key)
+                    break
 
     def _requeue_all(self) -> None:
         """Re-queue every manager Workload; the walk also re-derives :attr:`_waiting` from the
@@ -525,14 +575,21 @@ class Nominator:
                 key = await self.queue.get()
             except anyio.EndOfStream:
                 return
+            if key.startswith(CAPACITY_KEY):
+                try:
+                    self._requeue_waiting_on(key.removeprefix(CAPACITY_KEY))
+                finally:
+                    self.queue.done(key)
+                continue
             try:
                 await self.reconcile(key)
                 if key not in self._retrying:
                     self.queue.forget(key)  # a success resets the key's backoff
             except InvalidField as error:
                 # A Workload the CRD schema would have refused: reported, not retried (any
-                # change of it queues it again).
+                # change of it queues it again), and no capacity change re-queues it.
                 self.queue.forget(key)
+                self._waiting.pop(key, None)
                 await self._report_invalid(key, error)
             except ApiError as error:
                 # 429 and 503 may say when to come back (Retry-After): never sooner.
@@ -580,7 +637,7 @@ class Nominator:
         if worker is None or worker.mirror is None:
             return None
         index = self.indexes.setdefault(cluster, WorkerIndex(self.config.origin))
-        index.refresh(worker.mirror, self.versions.get(cluster, 0))
+        index.refresh(worker.mirror)  # built once per mirror, then fed by its events
         return index
 
     async def reconcile(self, key: str) -> None:

@@ -52,6 +52,10 @@ class WorkQueue:
         """Keys waiting (not counting those being processed or delayed)."""
         return len(self._queue)
 
+    def deadline(self, key: str) -> float | None:
+        """When a delayed ``key`` is due (on the queue's clock), or None when it is not delayed."""
+        return self._deadlines.get(key)
+
     @property
     def processing(self) -> frozenset[str]:
         """Keys being processed now (at most one per worker)."""

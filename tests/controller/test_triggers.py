@@ -8,14 +8,22 @@ counting pipeline, skipped echoes of our own writes by ``Nominator.echoes_skippe
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import AsyncIterator, Sequence
 
 import pytest
-from controller_kit import KUEUE, World, keep_or_first, world
+from controller_kit import ELIGIBLE_STATUS, KUEUE, World, keep_or_first, workload, world
 
 from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest
+from dispatcher.controller.nominator import CAPACITY_KEY, ControllerConfig
 from dispatcher.k8s.client import KubeApi
-from dispatcher.k8s.resources import RESOURCE_FLAVORS, WORKLOADS
+from dispatcher.k8s.resources import (
+    ADMISSION_CHECKS,
+    MULTIKUEUE_CONFIGS,
+    RESOURCE_FLAVORS,
+    WORKLOADS,
+)
+from dispatcher.sandbox.topology import multikueue_admission_check
 
 RELISTED = 1_000
 
@@ -54,7 +62,10 @@ async def test_a_worker_relist_of_a_thousand_objects_fans_out_once() -> None:
 
         env.workers["w1"].expire_next_watches()
         assert env.workers["w1"].drop_watches("/resourceflavors") == 1
-        await env.wait(lambda: flavors.lists == lists + 1 and env.idle("job"))
+        # The end of the list asks for one delayed capacity re-queue of w1's workloads.
+        await env.wait(
+            lambda: flavors.lists == lists + 1 and env.loop.fan_outs > fan_outs and env.idle("job")
+        )
 
         assert len(flavors.objects) == RELISTED
         assert env.loop.fan_outs - fan_outs == 1
@@ -135,3 +146,61 @@ async def test_the_echo_of_our_own_write_asks_for_no_decision() -> None:
         )
         await env.wait(lambda: len(decisions) == 2 and env.idle("job"))
         assert (env.loop.writes, env.loop.echoes_skipped) == (1, 1)
+
+
+async def test_a_burst_on_one_worker_requeues_once_only_the_workloads_that_can_go_there() -> None:
+    """Twenty ResourceFlavor events on w1 ask for one delayed capacity re-queue of w1 (one heap
+    entry, the later asks coalesced into it). When it fires, ``a`` (its check lists w1 and w2)
+    is reconciled once and ``b`` (its check lists w2 only) not at all: an event that cannot
+    change a workload costs it no reconcile. The timer is held (an hour) and fired by hand, so
+    nothing here depends on how fast the events come."""
+    config = ControllerConfig(
+        resync_seconds=3600.0, sync_grace_seconds=10.0, capacity_coalesce_seconds=3600.0
+    )
+    async with world(config=config) as env:
+        await env.api.create(
+            MULTIKUEUE_CONFIGS,
+            {
+                "apiVersion": KUEUE,
+                "kind": "MultiKueueConfig",
+                "metadata": {"name": "only-w2"},
+                "spec": {"clusters": ["w2"]},
+            },
+        )
+        await env.api.create(ADMISSION_CHECKS, multikueue_admission_check("only-w2", "only-w2"))
+        await env.start_dispatcher()
+        await env.add_workload("a")
+        only_w2 = copy.deepcopy(ELIGIBLE_STATUS)
+        only_w2["admissionChecks"][0]["name"] = "only-w2"
+        await env.api.create(WORKLOADS, workload("b"), namespace="default")
+        await env.api.request(
+            "PATCH",
+            WORKLOADS.path("default", "b") + "/status",
+            body={"status": only_w2},
+            content_type="application/merge-patch+json",
+        )
+        await env.wait(
+            lambda: (
+                env.nominated("a") == ("w1",)
+                and env.nominated("b") == ("w2",)
+                and env.idle("a", "b")
+            )
+        )
+        assert waiting_keys(env) == ["default/a", "default/b"]
+        queue = env.loop.queue
+        before = dict(env.reconciles), env.loop.fan_outs, queue.heap_entries
+        async with worker_api(env, "w1") as api:
+            for i in range(20):
+                await api.create(RESOURCE_FLAVORS, flavor(f"burst-{i:02d}"))
+        mirror = env.mirrors.workers["w1"].mirror
+        assert mirror is not None
+        await env.wait(lambda: len(mirror.cache("resourceflavors").objects) == 20)
+        assert queue.deadline(CAPACITY_KEY + "w1") is not None
+        assert queue.deadline(CAPACITY_KEY + "w2") is None
+        assert (queue.heap_entries, env.loop.fan_outs) == (before[2] + 1, before[1])
+        assert env.reconciles == before[0]
+
+        queue.add(CAPACITY_KEY + "w1")  # the coalescing delay, over
+        await env.wait(lambda: env.loop.fan_outs == before[1] + 1 and env.idle("a", "b"))
+        assert env.reconciles["default/a"] == before[0]["default/a"] + 1
+        assert env.reconciles["default/b"] == before[0]["default/b"]
