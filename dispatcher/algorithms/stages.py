@@ -29,6 +29,7 @@ from dispatcher.algorithms.model import (
     ClusterSnapshot,
     Decision,
     DispatchRequest,
+    QueuedWorkload,
     Rejection,
     RejectionReason,
     ScoreComponent,
@@ -53,6 +54,7 @@ __all__ = [
     "Stages",
     "TopN",
     "compose",
+    "continue_replay",
 ]
 
 TIER_FEASIBILITY = 0
@@ -169,12 +171,49 @@ class _BaseQuota:
     queued_in_flight: int
 
 
+@dataclass(frozen=True, slots=True)
+class _ReplaySeed:
+    replayed: int
+    """How many of the snapshot's in-flight workloads the seed already placed."""
+    available: Mapping[FlavorResource, int]
+    queued: int
+
+
+def continue_replay(snapshot: ClusterSnapshot, previous: ClusterSnapshot) -> bool:
+    """Let ``snapshot`` start its in-flight replay where ``previous`` ended, when it is the same
+    cluster state with in-flight workloads appended (a burst: each nomination adds one at the
+    end of the cluster's ledger). The replay then costs one flavor assignment per new in-flight
+    workload instead of one per in-flight workload. Whether it was seeded."""
+    base = previous.derived.get("base-quota")
+    old, new = previous.in_flight, snapshot.in_flight
+    if (
+        not isinstance(base, _BaseQuota)
+        or snapshot.cluster_queue != previous.cluster_queue
+        or snapshot.flavors != previous.flavors
+        or snapshot.cohort_room != previous.cohort_room
+        or len(new) < len(old)
+        or any(a is not b for a, b in zip(old, new, strict=False))
+    ):
+        return False
+    snapshot.derived["replay-seed"] = _ReplaySeed(
+        len(old), base.after_in_flight, base.queued_in_flight
+    )
+    return True
+
+
 def _base_quota(cluster: ClusterSnapshot, cq: ClusterQueueView) -> _BaseQuota:
     """Request-independent quota figures of a snapshot, computed once and cached on it."""
     cached = cluster.derived.get("base-quota")
     if isinstance(cached, _BaseQuota):
         return cached
-    available, queued = _replay_in_flight(cluster, cq, exclude=None)
+    seed = cluster.derived.pop("replay-seed", None)
+    if isinstance(seed, _ReplaySeed):
+        available = dict(seed.available)
+        queued = seed.queued + _replay(
+            cluster, cq, available, cluster.in_flight[seed.replayed :], None
+        )
+    else:
+        available, queued = _replay_in_flight(cluster, cq, exclude=None)
     base = _BaseQuota(
         ceiling=frozen_map(capacity_ceiling(cq, cluster.cohort_limit)),
         after_in_flight=frozen_map(available),
@@ -189,8 +228,19 @@ def _replay_in_flight(
 ) -> tuple[dict[FlavorResource, int], int]:
     """Quota left after placing the in-flight workloads in order, and how many stay queued."""
     available = available_now(cq, cluster.cohort_room)
+    return available, _replay(cluster, cq, available, cluster.in_flight, exclude)
+
+
+def _replay(
+    cluster: ClusterSnapshot,
+    cq: ClusterQueueView,
+    available: dict[FlavorResource, int],
+    workloads: Sequence[QueuedWorkload],
+    exclude: str | None,
+) -> int:
+    """Place ``workloads`` in order into ``available`` (consumed); how many stay queued."""
     queued = 0
-    for other in cluster.in_flight:
+    for other in workloads:
         if other.key == exclude:
             continue
         placed = assign_flavors(other.pod_sets, cq, cluster.flavors, available)
@@ -198,7 +248,7 @@ def _replay_in_flight(
             _consume(available, placed.usage)
         else:
             queued += 1
-    return available, queued
+    return queued
 
 
 def _consume(available: dict[FlavorResource, int], usage: Mapping[FlavorResource, int]) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 
 from dispatcher.algorithms.building import snapshot_from_objects
 from dispatcher.algorithms.model import ClusterSnapshot, DispatchRequest, QueuedWorkload
+from dispatcher.algorithms.stages import continue_replay
 from dispatcher.clusters.mirror import Mirror
 from dispatcher.clusters.registry import Candidate
 from dispatcher.clusters.slim import ORIGIN_LABEL
@@ -536,6 +537,8 @@ class SnapshotCache:
 
     def __init__(self) -> None:
         self._entries: dict[tuple[str, str, str], _CachedSnapshot] = {}
+        self.seeded = 0
+        """Snapshots whose in-flight replay continued from the one they replaced (a burst)."""
 
     def get(
         self,
@@ -576,5 +579,7 @@ class SnapshotCache:
         if cached is not None and cached[0] == state and cached[1] is flying:
             return cached[2]
         snapshot = build()
+        if cached is not None and cached[0] == state and continue_replay(snapshot, cached[2]):
+            self.seeded += 1
         self._entries[key] = (state, flying, snapshot)
         return snapshot
