@@ -87,6 +87,8 @@ HOLDER_ALGORITHM = "copy-holds-quota"
 CAPACITY_KEY = "capacity:"
 """Work-queue keys of coalesced capacity changes (``capacity:<worker>``); a Workload key is
 ``namespace/name`` and a namespace holds no colon."""
+ECHO_TTL_SECONDS = 30.0
+"""How long a reconcile waits for the watch to show our own write before it decides anyway."""
 EVENT_FLUSH_SECONDS = 1.0
 """How long a stopping loop still sends queued Events (part of the shutdown budget)."""
 WORKER_JOBS = ResourceRef("batch", "v1", "jobs", "Job")
@@ -329,13 +331,15 @@ class Nominator:
         """Fan-out walks (re-queues of every waiting or every workload), for operation counts."""
         self.events = EventRecorder(lambda: self.registry.manager.api, metrics=metrics)
         """Events are sent by a background task and aggregated (:meth:`run` starts it)."""
-        self._echoes: dict[str, tuple[str, bool]] = {}
-        """Expectations: the resourceVersion our last write of a Workload produced, and whether
-        its echo on the watch may be skipped (a nomination: the reconcile that wrote it already
-        did everything the echo could ask for). Kept until that version is seen."""
+        self._echoes: dict[str, tuple[str, bool, float]] = {}
+        """Expectations: the resourceVersion our last write of a Workload produced, whether its
+        echo on the watch may be skipped (a nomination: the reconcile that wrote it already did
+        everything the echo could ask for), and when it was written. Kept until that version is
+        seen (or :data:`ECHO_TTL_SECONDS`): until then our cache of it is behind our own write."""
+        self._deferred: set[str] = set()
+        """Keys whose reconcile waited for the echo of our write: the echo queues them."""
         self.echoes_skipped = 0
         """Echoes of our own nomination writes that queued nothing (operation counts)."""
-        """Events are sent by a background task and aggregated (:meth:`run` starts it)."""
 
     # --- events from the registry --------------------------------------------------------------
 
@@ -355,6 +359,7 @@ class Nominator:
                         self.queue.add(_key_of(item.object))
                 elif isinstance(item, Listed):
                     self._echoes.clear()  # every listed key is decided again anyway
+                    self._deferred.clear()
                     listed = {f"{namespace}/{name}" for namespace, name in item.keys}
                     for key in [k for k in self._waiting if k not in listed]:
                         del self._waiting[key]
@@ -477,10 +482,14 @@ class Nominator:
             return False
         if item.type == "DELETED":
             del self._echoes[key]
+            self._deferred.discard(key)
             return False
         if item.resource_version != expected[0]:
             return False
         del self._echoes[key]
+        if key in self._deferred:
+            self._deferred.discard(key)
+            return False  # a reconcile asked meanwhile: it runs now, on the current object
         if expected[1]:
             self.echoes_skipped += 1
         return expected[1]
@@ -489,9 +498,22 @@ class Nominator:
         """Remember the version our write of ``key`` produced (from the write's answer)."""
         version = str((answer.get("metadata") or {}).get("resourceVersion") or "")
         if version:
-            self._echoes[key] = (version, skip)
+            self._echoes[key] = (version, skip, self._now())
         else:
             self._echoes.pop(key, None)
+
+    def _behind_own_write(self, key: str) -> bool:
+        """Whether our cache of ``key`` does not show our last write to it yet: a reconcile now
+        would decide from the object before that write (and write again with its stale
+        resourceVersion, a certain conflict). It is deferred to the echo instead."""
+        expected = self._echoes.get(key)
+        if expected is None:
+            return False
+        if self._now() - expected[2] >= ECHO_TTL_SECONDS:
+            del self._echoes[key]  # the echo never came: decide from what the cache shows
+            return False
+        self._deferred.add(key)
+        return True
 
     def awaiting_echo(self, key: str) -> bool:
         """Whether a write of ours to ``key`` has not come back on the watch yet."""
@@ -652,6 +674,8 @@ class Nominator:
 
     async def _reconcile(self, key: str, namespace: str, name: str) -> str:
         self._retrying.discard(key)
+        if self._behind_own_write(key):
+            return "waiting for the echo of our write"
         workload = self.registry.manager.cache("workloads").get(name, namespace)
         if workload is None:
             self.in_flight.forget(key)

@@ -15,6 +15,7 @@ import pytest
 from controller_kit import ELIGIBLE_STATUS, KUEUE, World, keep_or_first, workload, world
 
 from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest
+from dispatcher.clusters.registry import MANAGER
 from dispatcher.controller.nominator import CAPACITY_KEY, ControllerConfig
 from dispatcher.k8s.client import KubeApi
 from dispatcher.k8s.resources import (
@@ -23,6 +24,7 @@ from dispatcher.k8s.resources import (
     RESOURCE_FLAVORS,
     WORKLOADS,
 )
+from dispatcher.k8s.watching import ObjectEvent
 from dispatcher.sandbox.topology import multikueue_admission_check
 
 RELISTED = 1_000
@@ -204,3 +206,39 @@ async def test_a_burst_on_one_worker_requeues_once_only_the_workloads_that_can_g
         await env.wait(lambda: env.loop.fan_outs == before[1] + 1 and env.idle("a", "b"))
         assert env.reconciles["default/a"] == before[0]["default/a"] + 1
         assert env.reconciles["default/b"] == before[0]["default/b"]
+
+
+async def test_a_reconcile_behind_our_own_write_waits_for_its_echo() -> None:
+    """A reconcile asked for while the cache does not show our last write yet (a capacity
+    re-queue right after a nomination) decides nothing: it would decide from the object before
+    that write and write again with its stale resourceVersion (a certain conflict). The echo
+    then queues it once. The write's answer and its echo are played by hand: the expectation
+    names a version, and the loop is handed the watch event carrying it."""
+    decisions: list[str] = []
+
+    def counted(request: DispatchRequest, snapshots: Sequence[ClusterSnapshot]) -> Decision:
+        decisions.append(request.key)
+        return keep_or_first(request, snapshots)
+
+    async with world(decide=counted) as env:
+        await env.start_dispatcher()
+        await env.add_workload("job")
+        await env.wait(lambda: env.nominated("job") != () and env.idle("job"))
+        cached = env.mirrors.manager.cache("workloads").get("job", "default")
+        assert cached is not None
+        env.loop._expect_echo("default/job", {"metadata": {"resourceVersion": "echo"}}, True)
+        reconciles = env.reconciles["default/job"]
+
+        env.loop.queue.add("default/job")
+        await env.wait(lambda: env.reconciles["default/job"] == reconciles + 1)
+        assert (len(decisions), env.loop.awaiting_echo("default/job")) == (1, True)
+
+        echo = copy.deepcopy(cached)
+        echo["metadata"]["resourceVersion"] = "echo"
+        env.loop.on_change(MANAGER, "workloads", ObjectEvent("MODIFIED", echo))
+        await env.wait(lambda: len(decisions) == 2 and not env.running and not len(env.loop.queue))
+        assert (env.reconciles["default/job"], env.loop.races, env.loop.echoes_skipped) == (
+            reconciles + 2,
+            0,
+            1,
+        )
