@@ -19,6 +19,8 @@ inactive clusters first and never nominates more than :data:`MAX_NOMINATED_CLUST
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,7 +39,7 @@ from dispatcher.algorithms.model import (
     Verdict,
 )
 from dispatcher.kueue.flavorfit import FitResult, assign_flavors, available_now, capacity_ceiling
-from dispatcher.kueue.objects import ClusterQueueView, FlavorResource, frozen_map
+from dispatcher.kueue.objects import ClusterQueueView, FlavorResource, PodSetView, frozen_map
 
 __all__ = [
     "TIER_CAPACITY",
@@ -114,7 +116,69 @@ class StageContext:
         return cached
 
 
+def _shape(pod_sets: Sequence[PodSetView]) -> tuple[Any, ...] | None:
+    """A hashable key of what the fit of ``pod_sets`` depends on (None: not hashable)."""
+    key = tuple(
+        (
+            ps.count,
+            tuple(sorted(ps.requests.items())),
+            ps.min_count,
+            tuple(sorted(ps.node_selector.items())),
+            ps.required_affinity,
+            ps.tolerations,
+            ps.resource_names,
+        )
+        for ps in pod_sets
+    )
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
 def _compute_fit(request: DispatchRequest, cluster: ClusterSnapshot) -> ClusterFit:
+    """The fit of ``request`` on ``cluster``. What depends on the request's pod sets alone
+    (the flavor assignments against the quota ceiling and against the quota left after the
+    in-flight workloads) is computed once per snapshot and pod-set shape: in a burst most
+    requests share a few shapes, and a snapshot serves many decisions. The queue ahead of the
+    request depends on its priority and is counted per request."""
+    if cluster.cluster_queue is None or any(o.key == request.key for o in cluster.in_flight):
+        return _fit_uncached(request, cluster)
+    shape = _shape(request.pod_sets)
+    if shape is None:
+        return _fit_uncached(request, cluster)
+    fits: dict[Any, ClusterFit] = cluster.derived.setdefault("fits", {})
+    cached = fits.get(shape)
+    if cached is None:
+        cached = _fit_uncached(request, cluster, count_pending=False)
+        fits[shape] = cached
+    if not cached.fits_ever:
+        return cached
+    ahead = _base_quota(cluster, cluster.cluster_queue).queued_in_flight + _pending_ahead(
+        cluster, request
+    )
+    return dataclasses.replace(cached, queued_ahead=ahead)
+
+
+def _pending_ahead(cluster: ClusterSnapshot, request: DispatchRequest) -> int:
+    """Pending workloads of at least the request's priority, the request itself aside (a
+    bisection of the snapshot's sorted priorities, computed once per snapshot)."""
+    priorities = cluster.derived.get("pending-priorities")
+    if not isinstance(priorities, list):
+        priorities = sorted(p.priority for p in cluster.pending)
+        cluster.derived["pending-priorities"] = priorities
+        cluster.derived["pending-keys"] = {p.key: p.priority for p in cluster.pending}
+    ahead = len(priorities) - bisect.bisect_left(priorities, request.priority)
+    own = cluster.derived["pending-keys"].get(request.key)
+    if own is not None and own >= request.priority:
+        ahead -= 1
+    return int(ahead)
+
+
+def _fit_uncached(
+    request: DispatchRequest, cluster: ClusterSnapshot, *, count_pending: bool = True
+) -> ClusterFit:
     cq = cluster.cluster_queue
     if cq is None:
         return ClusterFit(
@@ -138,9 +202,10 @@ def _compute_fit(request: DispatchRequest, cluster: ClusterSnapshot) -> ClusterF
         available, queued = _replay_in_flight(cluster, cq, exclude=request.key)
     else:
         available, queued = base.after_in_flight, base.queued_in_flight
-    queued += sum(
-        1 for p in cluster.pending if p.priority >= request.priority and p.key != request.key
-    )
+    if count_pending:
+        queued += sum(
+            1 for p in cluster.pending if p.priority >= request.priority and p.key != request.key
+        )
     now = assign_flavors(request.pod_sets, cq, cluster.flavors, available)
     if not now.fits:
         return ClusterFit(

@@ -86,14 +86,16 @@ class EventRecorder:
         self,
         api: Callable[[], KubeApi],
         *,
-        capacity: int = 1024,
+        capacity: int = 4096,
+        senders: int = 2,
         aggregate_seconds: float = 600.0,
         remember: int = 4096,
         metrics: Metrics | None = None,
         now: Callable[[], float] | None = None,
     ) -> None:
-        if capacity < 1 or remember < 1:
-            raise ValueError("capacity and remember must be at least 1")
+        if capacity < 1 or remember < 1 or senders < 1:
+            raise ValueError("capacity, remember and senders must be at least 1")
+        self.senders = senders
         self._api = api
         self.capacity = capacity
         self.aggregate_seconds = aggregate_seconds
@@ -201,7 +203,12 @@ class EventRecorder:
         }
 
     async def run(self) -> None:
-        """Send queued Events one at a time until cancelled."""
+        """Send queued Events until cancelled, ``senders`` requests at a time."""
+        async with anyio.create_task_group() as group:
+            for _ in range(self.senders):
+                group.start_soon(self._sender)
+
+    async def _sender(self) -> None:
         while True:
             if not self._pending:
                 self._wake = anyio.Event()

@@ -78,6 +78,11 @@ class InFlight:
         self._ordered[cluster] = (workloads, oldest)
         return workloads
 
+    def holds(self, cluster: str, key: str) -> bool:
+        """Whether ``key`` is in flight on ``cluster`` (O(1); expired entries count until
+        :meth:`on` drops them)."""
+        return key in self._entries.get(cluster, ())
+
     def clusters_of(self, key: str) -> tuple[str, ...]:
         """Clusters where ``key`` is in flight."""
         return tuple(sorted(c for c, entries in self._entries.items() if key in entries))

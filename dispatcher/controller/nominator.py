@@ -698,7 +698,8 @@ class Nominator:
         if problem and problem != record.problem:
             log.warning("workload %s: %s", key, problem, extra={"workload": key})
         record.problem = problem
-        waiting = self._first_sync_pending(verdict.check, now)
+        candidates, _ = self.registry.candidates(verdict.check)
+        waiting = self._first_sync_pending(candidates, now)
         if waiting is not None:
             # Just (re)started and a worker mirror is still listing: a decision now would see
             # a partial picture and could move a standing nomination away from the worker
@@ -717,12 +718,12 @@ class Nominator:
                 # Written by us before a restart: its admission still counts (time to admission).
                 record.first_nominated_at = record.nominated_at
         await self._check_stuck(key, workload, record, current, now)
-        holder = self._holding_copy(verdict.check, namespace, name)
+        holder = self._holding_copy(candidates, namespace, name)
         if holder is not None:
             record.leftover_since = None
             await self._placed(key, workload, record, Placement((holder,), nominated=current))
             return await self._keep_holder(key, workload, record, current, holder, now)
-        if await self._wait_for_leftover(key, workload, record, verdict.check, current, now):
+        if await self._wait_for_leftover(key, workload, record, candidates, current, now):
             self.outage.index(key, current)
             return "waiting for a leftover copy to be removed"
         # Decisions are serialised with their in-flight bookkeeping: a burst must not have two
@@ -825,7 +826,9 @@ class Nominator:
             extra={"workload": key},
         )
 
-    def _holding_copy(self, check: str, namespace: str, name: str) -> str | None:
+    def _holding_copy(
+        self, candidates: Sequence[Candidate], namespace: str, name: str
+    ) -> str | None:
         """The connected candidate whose copy of this Workload already holds quota there, if
         any: Admitted first, then QuotaReserved, earliest first, then config order.
 
@@ -835,7 +838,7 @@ class Nominator:
         workload unadmittable, so the dispatcher keeps it (or puts it back).
         """
         best: tuple[int, float, int, str] | None = None
-        for candidate, copy in self._copies(check, namespace, name):
+        for candidate, copy in self._copies(candidates, namespace, name):
             for rank, kind in enumerate(("Admitted", "QuotaReserved")):
                 if condition_status(copy, kind) == "True":
                     since = _transition_time(copy, kind) or 0.0
@@ -844,7 +847,7 @@ class Nominator:
                     break
         return best[3] if best is not None else None
 
-    def _leftover(self, check: str, namespace: str, name: str) -> list[str]:
+    def _leftover(self, candidates: Sequence[Candidate], namespace: str, name: str) -> list[str]:
         """The connected candidates that still hold a copy of this Workload (C32).
 
         Called only for a workload nominated nowhere and holding quota on no worker. Kueue
@@ -859,15 +862,14 @@ class Nominator:
         manager Workload ends ``Finished`` with no ``clusterName`` (C25 finishes it from a
         finished copy whatever the check state; seen on real Kueue v0.19.2 in the seeded mix).
         """
-        return [candidate.name for candidate, _ in self._copies(check, namespace, name)]
+        return [candidate.name for candidate, _ in self._copies(candidates, namespace, name)]
 
     def _copies(
-        self, check: str, namespace: str, name: str
+        self, candidates: Sequence[Candidate], namespace: str, name: str
     ) -> Iterator[tuple[Candidate, Mapping[str, Any]]]:
-        """The candidates whose mirror is usable (connected, or stale within the grace) and
-        have a copy of this Workload, with the copy as their mirror shows it. A same-named
-        Workload without our origin label is not a copy (C23)."""
-        candidates, _ = self.registry.candidates(check)
+        """The ``candidates`` (of the workload's check) whose mirror is usable (connected, or
+        stale within the grace) and have a copy of this Workload, with the copy as their mirror
+        shows it. A same-named Workload without our origin label is not a copy (C23)."""
         for candidate in candidates:
             worker = candidate.worker
             if (
@@ -885,7 +887,7 @@ class Nominator:
         key: str,
         workload: Mapping[str, Any],
         record: Record,
-        check: str,
+        candidates: Sequence[Candidate],
         current: tuple[str, ...],
         now: float,
     ) -> bool:
@@ -894,7 +896,7 @@ class Nominator:
         again; ``leftover_wait_seconds`` bounds the wait (a worker Kueue does not reach keeps
         its copy until its garbage collector runs)."""
         namespace, _, name = key.partition("/")
-        leftover = self._leftover(check, namespace, name) if not current else []
+        leftover = self._leftover(candidates, namespace, name) if not current else []
         if not leftover:
             record.leftover_since = None
             return False
@@ -1027,7 +1029,7 @@ class Nominator:
         recovered = nomination_time(workload, self.config.field_manager)
         return now if recovered is None else min(recovered, now)
 
-    def _first_sync_pending(self, check: str, now: float) -> float | None:
+    def _first_sync_pending(self, candidates: Sequence[Candidate], now: float) -> float | None:
         """Seconds of grace left while a candidate worker has not settled yet, else None."""
         if self._started is None:
             self._started = now
@@ -1037,7 +1039,7 @@ class Nominator:
         if not self.registry.synced:
             return left
         clusters = self.registry.manager.cache("multikueueclusters")
-        for candidate in self.registry.candidates(check)[0]:
+        for candidate in candidates:
             if clusters.get(candidate.name) is None:
                 continue  # no MultiKueueCluster: nothing will connect
             worker = self.registry.workers.get(candidate.name)

@@ -565,7 +565,7 @@ class SnapshotCache:
         if not candidate.active or index is None:
             return build()
         flying = in_flight.on(candidate.name, request.now)
-        if request.key in index.copies or any(w.key == request.key for w in flying):
+        if request.key in index.copies or in_flight.holds(candidate.name, request.key):
             return build()
         key = (candidate.name, request.namespace, request.queue_name)
         state = (
