@@ -658,7 +658,9 @@ class Nominator:
         worker = self.registry.workers.get(cluster)
         if worker is None or worker.mirror is None:
             return None
-        index = self.indexes.setdefault(cluster, WorkerIndex(self.config.origin))
+        index = self.indexes.get(cluster)
+        if index is None:
+            index = self.indexes[cluster] = WorkerIndex(self.config.origin)
         index.refresh(worker.mirror)  # built once per mirror, then fed by its events
         return index
 
@@ -732,8 +734,10 @@ class Nominator:
         # loses a race. Writes themselves run concurrently.
         async with self._decision_lock:
             started = anyio.current_time()  # the decision's latency includes its snapshots
+            # The candidates read at the start of this reconcile: a reachability change since
+            # runs this reconcile again (``_requeue_affected`` re-queues those in progress).
             candidates, request, snapshots = self._inputs(
-                workload, verdict.check, record, current, now
+                workload, verdict.check, record, current, now, candidates
             )
             decision = await self._decide(key, request, snapshots)
             self._observe_decision(workload, decision, started)
@@ -875,7 +879,8 @@ class Nominator:
             if (
                 worker is None
                 or worker.mirror is None
-                or not self.registry.mirror_usable(worker.name)
+                # (an active candidate's mirror is usable: its activeness includes that)
+                or (not candidate.active and not self.registry.mirror_usable(worker.name))
             ):
                 continue
             copy = worker.mirror.cache("workloads").get(name, namespace)
@@ -1054,10 +1059,12 @@ class Nominator:
         record: Record,
         current: tuple[str, ...],
         now: float,
+        candidates: list[Candidate] | None = None,
     ) -> tuple[list[Candidate], DispatchRequest, list[ClusterSnapshot]]:
-        """The candidates, the request and the candidate snapshots of one decision (from the
-        mirrors only)."""
-        candidates, _ = self.registry.candidates(check)
+        """The candidates (read now unless given), the request and the candidate snapshots of
+        one decision (from the mirrors only)."""
+        if candidates is None:
+            candidates, _ = self.registry.candidates(check)
         request = request_from_workload(
             workload,
             now=now,
