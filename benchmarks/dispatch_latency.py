@@ -39,7 +39,7 @@ What is measured:
   The ratio is nomination latency / floor (p50 and p99 each).
 - **CPU seconds per nomination**: this process's CPU time (user + system) from the first
   eligibility until the last nomination, over W. It includes everything the dispatcher does per
-  workload: watch decoding, the reconcile after its own write, the Event it records.
+  workload: watch decoding, the reconcile, the decision, the write, the Event it records.
 - **peak RSS** of this process (the dispatcher), and the server's CPU use during the burst.
 
     .venv/bin/python benchmarks/dispatch_latency.py [-W 2000] [-K 20] [--rate 500] [--json F]
