@@ -33,7 +33,8 @@ from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchReque
 from dispatcher.app.errors import CommandError, ManagerApiError
 from dispatcher.app.settings import Settings
 from dispatcher.clusters.registry import ClusterRegistry
-from dispatcher.controller.nominator import ControllerConfig, Nominator
+from dispatcher.controller.config import ControllerConfig
+from dispatcher.controller.nominator import Nominator
 from dispatcher.http import CheckResult, serve_http
 from dispatcher.k8s.client import USER_AGENT, KubeApi
 from dispatcher.k8s.errors import ApiError

@@ -50,6 +50,7 @@ from pydantic_settings import (
 
 from dispatcher.algorithms import DEFAULT_PIPELINE
 from dispatcher.clusters.activeness import DEFAULT_STALE_GRACE_SECONDS
+from dispatcher.controller.config import DEFAULTS as CONTROLLER_DEFAULTS
 from dispatcher.http import parse_address
 from dispatcher.leader.settings import LeaderElectionSettings
 from dispatcher.logs import redact
@@ -249,7 +250,7 @@ class Settings(BaseSettings):
         "MultiKueueClusters live there.",
     )
     multikueue_origin: str = Field(
-        default="multikueue",
+        default=CONTROLLER_DEFAULTS.origin,
         min_length=1,
         max_length=63,
         description="Kueue's `multiKueue.origin`: the value of the "
@@ -267,7 +268,7 @@ class Settings(BaseSettings):
         "removed: on real Kueue it admits nothing.",
     )
     field_manager: str = Field(
-        default="multikueue-dispatcher",
+        default=CONTROLLER_DEFAULTS.field_manager,
         min_length=1,
         max_length=128,
         description="Field manager of the dispatcher's writes.",
@@ -305,7 +306,7 @@ class Settings(BaseSettings):
         default_factory=ClientSettings, description="Client settings for each worker cluster."
     )
     resync_seconds: float = Field(
-        default=300.0,
+        default=CONTROLLER_DEFAULTS.resync_seconds,
         gt=0,
         description="Every eligible Workload is reconciled again at this interval even without "
         "a change.",
@@ -317,7 +318,7 @@ class Settings(BaseSettings):
         "widens it; capacity-first's own `patience_seconds` option, when given, wins.",
     )
     stuck_after_seconds: float = Field(
-        default=15.0,
+        default=CONTROLLER_DEFAULTS.stuck_after_seconds,
         gt=0,
         description="How long a copy may stay Admitted on a nominated worker while Kueue has not "
         "set `status.clusterName` on the manager before the workload is reported stuck (the "
@@ -325,7 +326,7 @@ class Settings(BaseSettings):
         "`multikueue_dispatcher_stuck_workloads_total`).",
     )
     decision_timeout_seconds: float = Field(
-        default=5.0,
+        default=CONTROLLER_DEFAULTS.decision_timeout_seconds,
         gt=0,
         description="Longest time one decision may take; a slower one is abandoned, counted as "
         "an error and retried with the work queue's exponential backoff (50 ms doubling, at "
@@ -341,7 +342,7 @@ class Settings(BaseSettings):
         "Kueue's own reconnect backoff starts at 5 s. 0: lost at the first failed re-watch.",
     )
     unplaceable_release: bool = Field(
-        default=False,
+        default=CONTROLLER_DEFAULTS.unplaceable_release,
         description="Opt-in policy for a worker outage: release the manager quota of an "
         "unplaceable workload (quota reserved on the manager, no reachable worker its filters "
         "keep, and an unreachable one they would keep) by deactivating it (`spec.active: false`, "
@@ -351,14 +352,14 @@ class Settings(BaseSettings):
         "`multikueue_dispatcher_unplaceable_quota`). docs/outage.md.",
     )
     unplaceable_patience_seconds: float = Field(
-        default=60.0,
+        default=CONTROLLER_DEFAULTS.unplaceable_patience_seconds,
         gt=0,
         description="How long a workload must stay unplaceable before `unplaceable_release` "
         "releases it; a workload restored and unplaceable again waits twice as long for each "
         "earlier release (at most 32 times this).",
     )
     workers: int = Field(
-        default=4,
+        default=CONTROLLER_DEFAULTS.workers,
         ge=1,
         le=256,
         description="Workloads reconciled concurrently (work-queue consumers).",

@@ -23,8 +23,7 @@ import dataclasses
 import datetime
 import logging
 import re
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -39,6 +38,7 @@ from dispatcher.algorithms.model import (
     RejectionReason,
 )
 from dispatcher.clusters.registry import MANAGER, Candidate, ClusterRegistry
+from dispatcher.controller.config import ControllerConfig
 from dispatcher.controller.events import EventRecorder
 from dispatcher.controller.inflight import InFlight
 from dispatcher.controller.outage import (
@@ -56,28 +56,29 @@ from dispatcher.controller.outage import (
     starved_on,
     untried,
 )
+from dispatcher.controller.records import Record, Unconfirmed, parse_time
+from dispatcher.controller.records import transition_time as _transition_time
 from dispatcher.controller.snapshots import (
-    ORIGIN_LABEL,
     SnapshotCache,
     WorkerIndex,
     condition_status,
     is_copy,
 )
+from dispatcher.controller.step import Action, account, outcome
+from dispatcher.controller.stuck import StuckDetector
 from dispatcher.controller.workqueue import WorkQueue
+from dispatcher.controller.writer import NominationWriter
 from dispatcher.k8s.errors import ApiError, ApiUnreachable
-from dispatcher.k8s.patching import MERGE_PATCH, AdmittedMeanwhile, apply_status
-from dispatcher.k8s.resources import KUEUE_GROUP, KUEUE_VERSION, WORKLOADS, ResourceRef
 from dispatcher.k8s.watching import Listed, ObjectEvent, WatchItem
 from dispatcher.kueue.admission import admission_usage, format_resource_quantity
 from dispatcher.kueue.eligibility import eligibility, multikueue_check_state
-from dispatcher.kueue.gputypes import DEFAULT_GPU_LABEL, DEFAULT_GPU_RESOURCE_PATTERN
 from dispatcher.kueue.objects import InvalidField
 from dispatcher.telemetry.metrics import ConnectionState, Metrics
 from dispatcher.telemetry.tracing import ATTR_NAMESPACE, ATTR_WORKLOAD, SPAN_RECONCILE
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ControllerConfig", "Nominator", "Record"]
+__all__ = ["Nominator", "Record"]
 
 Decide = Callable[[DispatchRequest, Sequence[ClusterSnapshot]], Decision]
 
@@ -87,51 +88,8 @@ HOLDER_ALGORITHM = "copy-holds-quota"
 CAPACITY_KEY = "capacity:"
 """Work-queue keys of coalesced capacity changes (``capacity:<worker>``); a Workload key is
 ``namespace/name`` and a namespace holds no colon."""
-ECHO_TTL_SECONDS = 30.0
-"""How long a reconcile waits for the watch to show our own write before it decides anyway."""
 EVENT_FLUSH_SECONDS = 1.0
 """How long a stopping loop still sends queued Events (part of the shutdown budget)."""
-WORKER_JOBS = ResourceRef("batch", "v1", "jobs", "Job")
-"""Jobs on a worker (read once per stuck workload, to name the cause)."""
-
-
-@dataclass(frozen=True)
-class ControllerConfig:
-    """What the nomination loop needs from the settings."""
-
-    write_mode: str = "apply"
-    """``apply``: server-side apply with ``field_manager`` (the only mode; ``merge-patch`` was
-    removed because it admits nothing on real Kueue)."""
-    field_manager: str = "multikueue-dispatcher"
-    workers: int = 4
-    resync_seconds: float = 30.0
-    capacity_coalesce_seconds: float = 0.1
-    """How long a worker's capacity change (a quota, queue or copy event) waits before the
-    workloads that can go there are re-queued: the events of a burst cost one re-queue each."""
-    decision_timeout_seconds: float = 2.0
-    stuck_after_seconds: float = 15.0
-    """How long a copy may be Admitted on a worker without ``clusterName`` on the manager
-    before the workload is reported stuck (the field-manager pitfall, C43)."""
-    leftover_wait_seconds: float = 15.0
-    """How long a workload without a nomination waits for Kueue to remove a copy left on a
-    worker by an earlier attempt before it is nominated anyway (see ``Nominator._leftover``)."""
-    sync_grace_seconds: float = 10.0
-    """After a start, how long decisions wait for every candidate worker's first connection
-    attempt to have an outcome (synced, failed or unusable)."""
-    gpu_label_key: str = DEFAULT_GPU_LABEL
-    gpu_resource_pattern: str = DEFAULT_GPU_RESOURCE_PATTERN
-    algorithm: str = "default"
-    """Name of the pipeline, for metrics and Events."""
-    origin: str = "multikueue"
-    """Kueue's ``multiKueue.origin``: the ``kueue.x-k8s.io/multikueue-origin`` value of the
-    copies and Jobs Kueue creates on workers (only those count as this manager's copies)."""
-    unplaceable_release: bool = False
-    """Release the manager quota of unplaceable workloads (deactivate them) after
-    ``unplaceable_patience_seconds``, and restore them when an eligible worker is back
-    (:mod:`dispatcher.controller.outage`, ``docs/outage.md``). Off by default."""
-    unplaceable_patience_seconds: float = 60.0
-    """How long a workload stays unplaceable before its first release (later releases of the
-    same workload wait twice as long each time)."""
 
 
 class WriteFailed(ApiError):
@@ -146,62 +104,6 @@ class WriteFailed(ApiError):
             retry_after=error.retry_after,
             body=error.body,
         )
-
-
-@dataclass(frozen=True)
-class Unconfirmed:
-    """A nomination write that got no answer (timeout, connection cut): it may have landed."""
-
-    target: tuple[str, ...]
-    algorithm: str
-    message: str
-
-
-PITFALL_ADVICE = (
-    "its admission write is rejected because nominatedClusterNames is owned by another field "
-    "manager (the field-manager pitfall, Kueue issue 6185). Install Kueue's "
-    "clear-nominated-cluster-names MutatingAdmissionPolicy (Kubernetes >= 1.36) or enable Kueue's "
-    "WorkloadRequestUseMergePatch feature gate (each admits 9 of the 10 demo workloads on real "
-    "Kueue v0.19.2, where no remedy admits 0)"
-)
-
-
-@dataclass
-class Record:
-    """What the controller remembers of one workload (rebuilt from the API after a restart)."""
-
-    nominated_at: float | None = None
-    nominated: tuple[str, ...] = ()
-    stuck_reported: bool = False
-    event_message: str = ""
-    first_nominated_at: float | None = None
-    admission_reported: bool = False
-    problem: str = ""
-    unconfirmed: Unconfirmed | None = None
-    leftover_since: float | None = None
-    placement: Placement | None = None
-    """The last placement of a quota-holding workload (None when it holds none)."""
-    outage_message: str = ""
-    """The last ``Unplaceable`` Event's message (one Event per change)."""
-    starved_message: str = ""
-    """The last ``BlockedByUnplaceable`` Event's message."""
-
-
-def _parse_time(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        moment = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return moment.timestamp()
-
-
-def _transition_time(obj: Mapping[str, Any], kind: str) -> float | None:
-    for item in (obj.get("status") or {}).get("conditions") or []:
-        if item.get("type") == kind:
-            return _parse_time(item.get("lastTransitionTime"))
-    return None
 
 
 def nomination_time(workload: Mapping[str, Any], field_manager: str) -> float | None:
@@ -227,7 +129,7 @@ def nomination_time(workload: Mapping[str, Any], field_manager: str) -> float | 
         owned = ((entry.get("fieldsV1") or {}).get("f:status") or {}).get("f:nominatedClusterNames")
         if owned is None:
             return None
-        return _parse_time(entry.get("time"))
+        return parse_time(entry.get("time"))
     return None
 
 
@@ -301,9 +203,15 @@ class Nominator:
         self.records: dict[str, Record] = {}
         self.indexes: dict[str, WorkerIndex] = {}
         self._snapshots = SnapshotCache()
-        self.writes = 0
-        self.races = 0
         self._now = now or (lambda: datetime.datetime.now(datetime.UTC).timestamp())
+        self.writer = NominationWriter(
+            lambda: self.registry.manager.api,
+            field_manager=self.config.field_manager,
+            metrics=metrics,
+            now=self._now,
+        )
+        """Our writes to manager Workloads, and the expectations of their echoes
+        (:mod:`dispatcher.controller.writer`)."""
         self._limiter = anyio.CapacityLimiter(max(1, self.config.workers))
         self._decision_lock = anyio.Lock()
         self._published_states: set[str] = set()
@@ -331,15 +239,15 @@ class Nominator:
         """Fan-out walks (re-queues of every waiting or every workload), for operation counts."""
         self.events = EventRecorder(lambda: self.registry.manager.api, metrics=metrics)
         """Events are sent by a background task and aggregated (:meth:`run` starts it)."""
-        self._echoes: dict[str, tuple[str, bool, float]] = {}
-        """Expectations: the resourceVersion our last write of a Workload produced, whether its
-        echo on the watch may be skipped (a nomination: the reconcile that wrote it already did
-        everything the echo could ask for), and when it was written. Kept until that version is
-        seen (or :data:`ECHO_TTL_SECONDS`): until then our cache of it is behind our own write."""
-        self._deferred: set[str] = set()
-        """Keys whose reconcile waited for the echo of our write: the echo queues them."""
-        self.echoes_skipped = 0
-        """Echoes of our own nomination writes that queued nothing (operation counts)."""
+        self.stuck = StuckDetector(
+            registry=registry,
+            index=self._index,
+            queue=self.queue,
+            events=self.events,
+            config=self.config,
+            metrics=metrics,
+        )
+        """Admitted on a worker, never recorded by Kueue (:mod:`dispatcher.controller.stuck`)."""
 
     # --- events from the registry --------------------------------------------------------------
 
@@ -355,11 +263,10 @@ class Nominator:
                 if isinstance(item, ObjectEvent):
                     self._track_waiting(item)
                     # A re-list replaces the cache at its marker, which queues every listed key.
-                    if item.type != "LISTED" and not self._own_echo(item):
+                    if item.type != "LISTED" and not self.writer.own_echo(item):
                         self.queue.add(_key_of(item.object))
                 elif isinstance(item, Listed):
-                    self._echoes.clear()  # every listed key is decided again anyway
-                    self._deferred.clear()
+                    self.writer.forget_echoes()  # every listed key is decided again anyway
                     listed = {f"{namespace}/{name}" for namespace, name in item.keys}
                     for key in [k for k in self._waiting if k not in listed]:
                         del self._waiting[key]
@@ -472,52 +379,24 @@ class Nominator:
         if self._released:
             self._restore_wake.set()
 
-    def _own_echo(self, item: ObjectEvent) -> bool:
-        """Whether ``item`` is the echo of our own nomination write, which needs no reconcile
-        (client-go's "expectations"): the object the write's answer carried, by
-        resourceVersion. Any later change has another version and is reconciled as usual."""
-        key = _key_of(item.object)
-        expected = self._echoes.get(key)
-        if expected is None:
-            return False
-        if item.type == "DELETED":
-            del self._echoes[key]
-            self._deferred.discard(key)
-            return False
-        if item.resource_version != expected[0]:
-            return False
-        del self._echoes[key]
-        if key in self._deferred:
-            self._deferred.discard(key)
-            return False  # a reconcile asked meanwhile: it runs now, on the current object
-        if expected[1]:
-            self.echoes_skipped += 1
-        return expected[1]
+    @property
+    def writes(self) -> int:
+        """Nomination writes accepted."""
+        return self.writer.writes
 
-    def _expect_echo(self, key: str, answer: Mapping[str, Any], skip: bool) -> None:
-        """Remember the version our write of ``key`` produced (from the write's answer)."""
-        version = str((answer.get("metadata") or {}).get("resourceVersion") or "")
-        if version:
-            self._echoes[key] = (version, skip, self._now())
-        else:
-            self._echoes.pop(key, None)
+    @property
+    def races(self) -> int:
+        """Nomination writes that lost a race (409, or Kueue admitted meanwhile)."""
+        return self.writer.races
 
-    def _behind_own_write(self, key: str) -> bool:
-        """Whether our cache of ``key`` does not show our last write to it yet: a reconcile now
-        would decide from the object before that write (and write again with its stale
-        resourceVersion, a certain conflict). It is deferred to the echo instead."""
-        expected = self._echoes.get(key)
-        if expected is None:
-            return False
-        if self._now() - expected[2] >= ECHO_TTL_SECONDS:
-            del self._echoes[key]  # the echo never came: decide from what the cache shows
-            return False
-        self._deferred.add(key)
-        return True
+    @property
+    def echoes_skipped(self) -> int:
+        """Echoes of our own nomination writes that queued nothing (operation counts)."""
+        return self.writer.echoes_skipped
 
     def awaiting_echo(self, key: str) -> bool:
         """Whether a write of ours to ``key`` has not come back on the watch yet."""
-        return key in self._echoes
+        return self.writer.awaiting(key)
 
     @property
     def waiting(self) -> tuple[str, ...]:
@@ -676,7 +555,7 @@ class Nominator:
 
     async def _reconcile(self, key: str, namespace: str, name: str) -> str:
         self._retrying.discard(key)
-        if self._behind_own_write(key):
+        if self.writer.behind(key):
             return "waiting for the echo of our write"
         workload = self.registry.manager.cache("workloads").get(name, namespace)
         if workload is None:
@@ -690,7 +569,7 @@ class Nominator:
         verdict = eligibility(workload, checks)
         status = workload.get("status") or {}
         if not verdict.eligible:
-            await self._check_finished_unrecorded(key, workload, record, checks)
+            await self.stuck.check_finished_unrecorded(key, workload, record, checks)
             self._not_eligible(key, workload, record)
             await self._outside_dispatch(key, workload, record)
             return "not eligible"
@@ -719,7 +598,7 @@ class Nominator:
             if ours and record.first_nominated_at is None:
                 # Written by us before a restart: its admission still counts (time to admission).
                 record.first_nominated_at = record.nominated_at
-        await self._check_stuck(key, workload, record, current, now)
+        await self.stuck.check_admitted(key, workload, record, current, now)
         holder = self._holding_copy(candidates, namespace, name)
         if holder is not None:
             record.leftover_since = None
@@ -749,27 +628,20 @@ class Nominator:
                 if decision.withheld
                 else await self._placement(key, decision, candidates, request, current)
             )
-            target = current if decision.withheld else tuple(decision.nominate)
-            # Every candidate unreachable or inactive at once (a network blip on our side, or
-            # Kueue's): an empty nomination would have Kueue delete copies that may be about
-            # to be admitted. Keep the standing one until a cluster is back.
-            keep = not target and bool(current) and not any(snap.active for snap in snapshots)
-            if not keep and target != current:
-                if target:
-                    self.in_flight.record(target, queued_workload(request), now)
-                else:
-                    self.in_flight.forget(key)
+            step = outcome(decision, current, snapshots)
+            account(step, self.in_flight, request, now)
+            target = step.target
         if placement is not None and await self._placed(key, workload, record, placement):
             return "released"
-        if keep:
+        if step.action is Action.KEEP:
             self.queue.add_after(key, self.config.resync_seconds)
             return "kept: no active candidate"
-        if decision.withheld:
+        if step.action is Action.WITHHELD:
             await self._withhold(key, workload, record, decision)
             self._retry_with_backoff(key, "decision withheld")
             return "withheld"
         message = summarize(decision)
-        if target != current:
+        if step.action is Action.WRITE:
 
             def roll_back() -> None:
                 """The write did not land: the ledger goes back to the standing nomination."""
@@ -805,11 +677,10 @@ class Nominator:
         # patience down) records none, so a waiting workload does not accumulate Events.
         if target != current or not target:
             self._nomination_event(workload, record, target, message)
-        follow_up = decision.requeue_after
         self.queue.add_after(
-            key, follow_up if follow_up is not None else self.config.resync_seconds
+            key, step.follow_up if step.follow_up is not None else self.config.resync_seconds
         )
-        return "nominated" if target != current else "unchanged"
+        return "nominated" if step.action is Action.WRITE else "unchanged"
 
     def _retry_with_backoff(self, key: str, why: str) -> None:
         """Decide ``key`` again after the work queue's exponential backoff of its failures
@@ -971,7 +842,7 @@ class Nominator:
         :meth:`_confirm_landed` before the error propagates (the key is retried). A failure
         propagates as :class:`WriteFailed` (counted as a ``write`` error)."""
         try:
-            return await self._write(workload, landing.target)
+            return await self.writer.write(workload, landing.target)
         except ApiError as error:
             if isinstance(error, ApiUnreachable):
                 record.unconfirmed = landing
@@ -1454,7 +1325,7 @@ class Nominator:
             "spec": {"active": False},
         }
         try:
-            await self._merge_patch_workload(meta, body)
+            await self.writer.merge_patch_workload(meta, body)
         except ApiError as error:
             if error.status == 409:
                 self.queue.add(key)  # changed meanwhile: judge it again
@@ -1473,17 +1344,6 @@ class Nominator:
         log.warning("workload %s %s", key, message, extra={"workload": key})
         self._event(workload, "QuotaReleased", message, "Warning")
         return True
-
-    async def _merge_patch_workload(self, meta: Mapping[str, Any], body: Mapping[str, Any]) -> None:
-        """Merge-patch a manager Workload's metadata and spec (the release policy's writes; their
-        echo is reconciled: the released or restored workload's bookkeeping follows from it)."""
-        answer = await self.registry.manager.api.request(
-            "PATCH",
-            WORKLOADS.path(meta["namespace"], meta["name"]),
-            body=dict(body),
-            content_type=MERGE_PATCH,
-        )
-        self._expect_echo(f"{meta['namespace']}/{meta['name']}", answer, skip=False)
 
     async def _restorer(self) -> None:
         """Reactivate released workloads once an eligible worker is reachable, oldest first
@@ -1573,7 +1433,7 @@ class Nominator:
             "spec": {"active": True},
         }
         try:
-            await self._merge_patch_workload(meta, body)
+            await self.writer.merge_patch_workload(meta, body)
         except ApiError as error:
             # Its next change (or the resync) reconciles it and wakes the restorer again.
             log.warning("could not restore workload %s: %s", key, error, extra={"workload": key})
@@ -1689,190 +1549,6 @@ class Nominator:
             self.metrics.no_feasible_cluster(
                 cluster_queue=cluster_queue, algorithm=decision.algorithm
             )
-
-    async def _write(self, workload: Mapping[str, Any], target: tuple[str, ...]) -> bool:
-        """Write the nomination; False when it lost a race (re-read and decide again)."""
-        meta = workload["metadata"]
-        api = self.registry.manager.api
-        rv = str(meta.get("resourceVersion", ""))
-        body: dict[str, Any] = {
-            "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
-            "kind": "Workload",
-            "metadata": {
-                "name": meta["name"],
-                "namespace": meta["namespace"],
-                "resourceVersion": rv,
-            },
-            "status": {"nominatedClusterNames": list(target)},
-        }
-        result = await apply_status(
-            api,
-            KUEUE_GROUP,
-            KUEUE_VERSION,
-            meta["namespace"],
-            "workloads",
-            meta["name"],
-            body,
-            self.config.field_manager,
-            force=True,
-        )
-        if isinstance(result, AdmittedMeanwhile):
-            self.races += 1
-            log.info(
-                "workload %s/%s changed meanwhile (%s): deciding again",
-                meta["namespace"],
-                meta["name"],
-                result.status,
-                extra={"workload": f"{meta['namespace']}/{meta['name']}"},
-            )
-            if self.metrics is not None:
-                self.metrics.error("write_conflict")
-            return False
-        self.writes += 1
-        self._expect_echo(f"{meta['namespace']}/{meta['name']}", result.object, skip=True)
-        log.info(
-            "workload %s/%s: nominated %s",
-            meta["namespace"],
-            meta["name"],
-            list(target),
-            extra={"workload": f"{meta['namespace']}/{meta['name']}", "clusters": list(target)},
-        )
-        return True
-
-    async def _check_stuck(
-        self,
-        key: str,
-        workload: Mapping[str, Any],
-        record: Record,
-        current: tuple[str, ...],
-        now: float,
-    ) -> None:
-        """Report the field-manager pitfall (C43): admitted on a nominated worker long ago, yet
-        Kueue never set ``clusterName`` on the manager."""
-        if record.stuck_reported:
-            return
-        for cluster in current:
-            index = self._index(cluster)
-            since = _parse_time(index.admitted.get(key)) if index is not None else None
-            if since is None:
-                continue
-            if now - since < self.config.stuck_after_seconds:
-                # Nothing else may wake this workload up (the rejected admission write changes
-                # nothing we watch): look again when it would count as stuck.
-                self.queue.add_after(key, self.config.stuck_after_seconds - (now - since))
-                continue
-            cause = await self._stuck_cause(cluster, workload)
-            if cause is None:
-                # Kueue has not synced the Job to the worker yet: it is behind (a backlog of
-                # its worker clients), not refusing the admission. Look again later.
-                self.queue.add_after(key, self.config.stuck_after_seconds)
-                continue
-            await self._report_stuck(
-                key,
-                workload,
-                record,
-                f"the copy on {cluster} was admitted {now - since:.0f}s ago but Kueue has not "
-                f"set status.clusterName: {cause}",
-            )
-            return
-
-    async def _stuck_cause(self, cluster: str, workload: Mapping[str, Any]) -> str | None:
-        """Why Kueue does not record an admission it can see (C43 or C33), or None when it is
-        not stuck but behind.
-
-        Before writing ``clusterName`` Kueue syncs the workload's Job to the admitting worker and
-        refuses a Job of that name there that does not carry this manager's origin label
-        (``ValidateRemoteObjectOwnership``): its reconcile fails before the admission write,
-        again and again. The worker's Job tells the two apart: a same-named Job without our
-        origin label is that refusal; Kueue's own Job is the field-manager pitfall (Kueue syncs
-        the Job before it writes ``clusterName``, ``workload.go`` step 6). No Job at all means
-        Kueue has not reached that step yet (its worker clients are rate limited, C20): None, not
-        stuck. One GET on the worker, only when a workload looks stuck."""
-        meta = workload.get("metadata") or {}
-        owner = next(
-            (
-                ref
-                for ref in meta.get("ownerReferences") or []
-                if ref.get("kind") == "Job" and ref.get("controller")
-            ),
-            None,
-        )
-        worker = self.registry.workers.get(cluster)
-        if owner is None or worker is None or worker.mirror is None:
-            return PITFALL_ADVICE
-        namespace, name = str(meta.get("namespace", "")), str(owner.get("name", ""))
-        try:
-            job = await worker.mirror.api.get(WORKER_JOBS, name, namespace)
-        except ApiError as error:
-            if error.status == 404:
-                return None
-            log.info(
-                "workload %s/%s: could not read Job %s on %s to tell why it is stuck: %s",
-                namespace,
-                meta.get("name", ""),
-                name,
-                cluster,
-                error,
-                extra={"workload": f"{namespace}/{meta.get('name', '')}"},
-            )
-            return PITFALL_ADVICE
-        origin = ((job.get("metadata") or {}).get("labels") or {}).get(ORIGIN_LABEL)
-        if origin == self.config.origin:
-            return PITFALL_ADVICE
-        found = f"origin {origin!r}" if origin else "no origin label"
-        return (
-            f"a Job {namespace}/{name} already exists on {cluster} and was not created by this "
-            f"manager's Kueue ({found}, expected {ORIGIN_LABEL}={self.config.origin}): Kueue "
-            f"refuses to sync into it and will not admit the workload until that Job is deleted "
-            f"or renamed (contract C33)"
-        )
-
-    async def _check_finished_unrecorded(
-        self,
-        key: str,
-        workload: Mapping[str, Any],
-        record: Record,
-        checks: Collection[str],
-    ) -> None:
-        """Report the pitfall's other signature: the Job ran on a worker and finished before
-        ``stuck_after_seconds``, so the manager Workload is ``Finished`` with no
-        ``clusterName``, the nomination still standing and the MultiKueue check ``Pending``
-        (seen on real Kueue v0.19.2 without a remedy: 8 of the 10 demo workloads)."""
-        if record.stuck_reported:
-            return
-        status = workload.get("status") or {}
-        nominated = [str(n) for n in status.get("nominatedClusterNames") or ()]
-        if status.get("clusterName") or not nominated:
-            return
-        finished = any(
-            c.get("type") == "Finished" and c.get("status") == "True"
-            for c in status.get("conditions") or []
-        )
-        if not finished:
-            return
-        check, state = multikueue_check_state(workload, checks)
-        if check is None or state != "Pending":
-            return
-        await self._report_stuck(
-            key,
-            workload,
-            record,
-            f"finished on {', '.join(nominated)} but Kueue never set status.clusterName and its "
-            f"admission check {check} stayed Pending: {PITFALL_ADVICE}",
-        )
-
-    async def _report_stuck(
-        self, key: str, workload: Mapping[str, Any], record: Record, message: str
-    ) -> None:
-        """Log, count and emit an ``AdmissionStuck`` Event, once per workload."""
-        record.stuck_reported = True
-        log.error("workload %s is stuck: %s", key, message, extra={"workload": key})
-        if self.metrics is not None:
-            cq = str(
-                ((workload.get("status") or {}).get("admission") or {}).get("clusterQueue") or ""
-            )
-            self.metrics.stuck_workload(cluster_queue=cq)
-        self._event(workload, "AdmissionStuck", message, "Warning")
 
     def _publish_in_flight(self) -> None:
         if self.metrics is None:

@@ -69,11 +69,11 @@ from dispatcher.algorithms import (
     Pipeline,
     QueuedWorkload,
     StageContext,
-    queued_workload,
     request_from_workload,
     snapshot_from_objects,
 )
 from dispatcher.controller.inflight import InFlight
+from dispatcher.controller.step import Action, account, outcome
 from dispatcher.kueue.admission import (
     EPOCH,
     PendingWorkload,
@@ -913,14 +913,13 @@ class Simulation:
             self.result.decision_errors += [
                 f"{e.source}/{e.stage}: {e.message}" for e in decision.errors
             ]
-        target = tuple(decision.nominate)
-        if target != wl.nominated:
-            if target:
-                self.in_flight.record(target, queued_workload(request), self.now)
-            else:
-                self.in_flight.forget(wl.key)
-            self._nominate(wl, target, delay=self.lat.nomination_write_s)
-        follow = decision.requeue_after
+        # The controller's own step (dispatcher.controller.step): the same outcome for the same
+        # decision, the same in-flight accounting; only the write's latency is modelled here.
+        step = outcome(decision, wl.nominated, snapshots)
+        account(step, self.in_flight, request, self.now)
+        if step.action is Action.WRITE:
+            self._nominate(wl, step.target, delay=self.lat.nomination_write_s)
+        follow = step.follow_up
         follow = self.lat.resync_s if follow is None else max(follow, 0.001)
         self._at(self.now + follow, "reconcile", wl, gen, wl.token)
 

@@ -19,7 +19,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest
 from dispatcher.cli import main as cli_main
 from dispatcher.clusters.registry import ClusterRegistry
-from dispatcher.controller.nominator import ControllerConfig, Nominator
+from dispatcher.controller.config import ControllerConfig
+from dispatcher.controller.nominator import Nominator
 from dispatcher.k8s.client import KubeApi
 from dispatcher.k8s.resources import (
     ADMISSION_CHECKS,

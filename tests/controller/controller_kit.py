@@ -16,7 +16,8 @@ from anyio.abc import TaskGroup
 
 from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest
 from dispatcher.clusters.registry import ClusterRegistry
-from dispatcher.controller.nominator import ControllerConfig, Nominator
+from dispatcher.controller.config import ControllerConfig
+from dispatcher.controller.nominator import Nominator
 from dispatcher.k8s.client import KubeApi
 from dispatcher.k8s.clock import SYSTEM_CLOCK, Clock
 from dispatcher.k8s.resources import (

@@ -11,7 +11,7 @@ import pytest
 from controller_kit import World, keep_or_first, world
 
 from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest
-from dispatcher.controller.nominator import ControllerConfig
+from dispatcher.controller.config import ControllerConfig
 from dispatcher.controller.workqueue import WorkQueue
 from dispatcher.k8s.resources import EVENTS
 

@@ -15,7 +15,8 @@ import pytest
 from controller_kit import World, keep_or_first, world
 
 from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest
-from dispatcher.controller.nominator import ControllerConfig, Nominator, nomination_time
+from dispatcher.controller.config import ControllerConfig
+from dispatcher.controller.nominator import Nominator, nomination_time
 
 FIELD_MANAGER = "multikueue-dispatcher"
 STAMP = "2026-01-01T10:00:00Z"

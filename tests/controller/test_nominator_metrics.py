@@ -23,7 +23,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest
 from dispatcher.clusters.registry import ClusterRegistry
 from dispatcher.controller import nominator as nominator_module
-from dispatcher.controller.nominator import ControllerConfig, Nominator
+from dispatcher.controller.config import ControllerConfig
+from dispatcher.controller.nominator import Nominator
 from dispatcher.k8s.client import USER_AGENT, KubeApi
 from dispatcher.k8s.resources import (
     ADMISSION_CHECKS,

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from controller_kit import world
 
-from dispatcher.controller.nominator import PITFALL_ADVICE, WORKER_JOBS
+from dispatcher.controller.records import PITFALL_ADVICE
+from dispatcher.controller.stuck import WORKER_JOBS
 
 
 def _manager_workload() -> dict[str, Any]:
@@ -71,7 +72,7 @@ async def test_the_workers_job_names_the_cause(
             worker = w.mirrors.workers["w1"].mirror
             assert worker is not None
             await worker.api.create(WORKER_JOBS, _job(job_labels), namespace="default")
-        cause = await nominator._stuck_cause("w1", _manager_workload())
+        cause = await nominator.stuck.cause("w1", _manager_workload())
         if blamed is None:
             assert cause is None
         elif blamed == "pitfall":

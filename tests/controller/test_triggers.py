@@ -16,7 +16,8 @@ from controller_kit import ELIGIBLE_STATUS, KUEUE, World, keep_or_first, workloa
 
 from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest
 from dispatcher.clusters.registry import MANAGER
-from dispatcher.controller.nominator import CAPACITY_KEY, ControllerConfig
+from dispatcher.controller.config import ControllerConfig
+from dispatcher.controller.nominator import CAPACITY_KEY
 from dispatcher.k8s.client import KubeApi
 from dispatcher.k8s.resources import (
     ADMISSION_CHECKS,
@@ -226,7 +227,7 @@ async def test_a_reconcile_behind_our_own_write_waits_for_its_echo() -> None:
         await env.wait(lambda: env.nominated("job") != () and env.idle("job"))
         cached = env.mirrors.manager.cache("workloads").get("job", "default")
         assert cached is not None
-        env.loop._expect_echo("default/job", {"metadata": {"resourceVersion": "echo"}}, True)
+        env.loop.writer.expect("default/job", {"metadata": {"resourceVersion": "echo"}}, True)
         reconciles = env.reconciles["default/job"]
 
         env.loop.queue.add("default/job")

@@ -32,7 +32,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest, Verdict
 from dispatcher.clusters.activeness import DEFAULT_STALE_GRACE_SECONDS as GRACE
-from dispatcher.controller.nominator import ControllerConfig
+from dispatcher.controller.config import ControllerConfig
 from dispatcher.controller.outage import (
     RELEASED_AT,
     RELEASED_FOR,

@@ -22,7 +22,8 @@ from dispatcher.clusters import slim
 from dispatcher.clusters.mirror import Mirror, Watched
 from dispatcher.clusters.registry import WORKER_RESOURCES, Candidate
 from dispatcher.controller.inflight import InFlight
-from dispatcher.controller.nominator import _transition_time, nomination_time
+from dispatcher.controller.nominator import nomination_time
+from dispatcher.controller.records import transition_time as _transition_time
 from dispatcher.controller.snapshots import (
     ORIGIN_LABEL,
     SnapshotCache,

@@ -66,6 +66,10 @@ class Followed:
     copies: set[str] = field(default_factory=set)
     admitted_copy_on: str | None = None
     last: Obj | None = None
+    nominated_at: float | None = None
+    """When the manager Workload was first seen nominated (``time.monotonic()``)."""
+    admitted_at: float | None = None
+    """When the manager Workload was first seen with ``clusterName`` (``time.monotonic()``)."""
 
 
 @dataclass
@@ -84,6 +88,18 @@ class MixOutcome:
     stuck_events: int
     seconds: float
     followed: dict[str, Followed]
+    started: float = 0.0
+    """When the submission began (``time.monotonic()``)."""
+
+    def rate(self, attribute: str) -> float | None:
+        """Workloads per second from the submission to the last one ``attribute``
+        (``admitted_at``, ``nominated_at``) was seen; None when none was."""
+        times = [getattr(f, attribute) for f in self.followed.values()]
+        seen = [t for t in times if t is not None]
+        if not seen:
+            return None
+        span = max(seen) - self.started
+        return len(seen) / span if span > 0 else None
 
     def ratio(self) -> str:
         """``admitted/submitted``."""
@@ -124,9 +140,15 @@ class _Observer:
             item = self.followed[job]
             item.workload = key
             item.last = obj
-            cluster_name = (obj.get("status") or {}).get("clusterName")
+            status = obj.get("status") or {}
+            cluster_name = status.get("clusterName")
+            now = time.monotonic()
+            if status.get("nominatedClusterNames") and item.nominated_at is None:
+                item.nominated_at = now
             if cluster_name:
                 item.cluster = str(cluster_name)
+                if item.admitted_at is None:
+                    item.admitted_at = now
             item.finished = item.finished or _true(obj, "Finished")
             return
         if not (meta.get("labels") or {}).get(ORIGIN_LABEL):
@@ -242,6 +264,7 @@ async def run_mix(
         stuck_events=stuck,
         seconds=seconds,
         followed=followed,
+        started=started,
     )
 
 

@@ -1,0 +1,138 @@
+"""Dispatch on real Kueue: a burst of small CPU Jobs, our dispatcher against Kueue's AllAtOnce.
+
+Not a test: it prints figures (and writes them as JSON with ``--json FILE``). Mode (c) of issue
+15's dispatch benchmark: the same burst on the same kind of control plane, one run per
+dispatcher, in one invocation.
+
+Set-up: for each dispatcher a fresh real control plane of the default topology (a manager and the
+workers ``worker-a100``, ``worker-h100``, ``worker-cpu``: etcd, kube-apiserver and Kueue v0.19.2
+as processes on loopback, ``make real-binaries``), with Kueue's ``dispatcherName`` set to ours or
+to AllAtOnce; ``-N`` suspended ``batch/v1`` Jobs (100m CPU, 64Mi, running for an hour once
+admitted) submitted at once to the manager as a user would; followed on every cluster until each
+manager Workload has ``status.clusterName``.
+
+Per dispatcher it reports:
+
+- **nominations/s**: Workloads seen nominated on the manager / (last one − submission);
+- **admissions/s**: Workloads with ``clusterName`` / (last one − submission);
+- **copies per admitted workload**: the worker clusters that held a copy of each admitted one;
+- how long it took and whether every Job was admitted.
+
+Where the time goes: our dispatcher's part is the nominations (it nominates the burst within a
+few seconds); the admissions then wait for Kueue: its manager creates each copy on the nominated
+worker and reads it back through its worker clients, which Kueue v0.19 limits to client-go's
+default 5 QPS per worker per kind (issue 14 item 10, ``docs/kueue-versions.md``). AllAtOnce
+creates a copy on every worker, so it spends three worker clients on each Workload.
+
+    .venv/bin/python benchmarks/dispatch_real.py [-N 300] [--only external] [--json F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from dispatcher.sandbox.real.mix import Dispatcher, run_mix
+from dispatcher.sandbox.topology import WorkloadLine, default_topology
+
+DISPATCHERS: tuple[Dispatcher, ...] = ("external", "all-at-once")
+
+
+def burst(n: int) -> list[WorkloadLine]:
+    """``n`` small CPU Jobs, spread over two namespaces of the default topology."""
+    return [
+        WorkloadLine.model_validate(
+            {
+                "name": f"burst-{i:04d}",
+                "namespace": ("team-a", "team-b")[i % 2],
+                "count": 1,
+                "requests": {"cpu": "100m", "memory": "64Mi"},
+                "runSeconds": 3600,
+            }
+        )
+        for i in range(n)
+    ]
+
+
+async def measure(dispatcher: Dispatcher, n: int, deadline: float) -> dict[str, Any]:
+    """One burst on a fresh control plane with ``dispatcher``."""
+    lines = burst(n)
+    keys = {f"{line.namespace}/{line.name}" for line in lines}
+    with tempfile.TemporaryDirectory(prefix="mkd-dispatch-real-") as directory:
+        outcome = await run_mix(
+            Path(directory),
+            default_topology(),
+            lines,
+            keys,
+            dispatcher=dispatcher,
+            time_scale=1.0,
+            deadline=deadline,
+            settle=5.0,
+        )
+    nominated = sum(1 for f in outcome.followed.values() if f.nominated_at is not None)
+    admitted_at = [f.admitted_at for f in outcome.followed.values() if f.admitted_at is not None]
+    return {
+        "dispatcher": dispatcher,
+        "submitted": outcome.submitted,
+        "admitted": outcome.admitted,
+        "nominated": nominated,
+        "nominations_per_s": _round(outcome.rate("nominated_at")),
+        "admissions_per_s": _round(outcome.rate("admitted_at")),
+        "last_admission_s": _round(max(admitted_at) - outcome.started) if admitted_at else None,
+        "copies_per_admitted": round(outcome.copies_per_admitted, 2),
+        "stuck_events": outcome.stuck_events,
+    }
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
+
+
+def report(runs: list[dict[str, Any]]) -> str:
+    """The runs as text, side by side."""
+    lines = [f"dispatch on real Kueue v0.19.2: a burst of {runs[0]['submitted']} small CPU Jobs"]
+    for run in runs:
+        lines.append(
+            f"  {run['dispatcher']:<12} admitted {run['admitted']}/{run['submitted']}  "
+            f"nominations/s {run['nominations_per_s']}  admissions/s {run['admissions_per_s']}  "
+            f"copies/admitted {run['copies_per_admitted']}  last admission "
+            f"{run['last_admission_s']} s  stuck events {run['stuck_events']}"
+        )
+    if len(runs) == 2 and runs[0]["admissions_per_s"] and runs[1]["admissions_per_s"]:
+        ratio = runs[0]["admissions_per_s"] / runs[1]["admissions_per_s"]
+        lines.append(
+            f"  admissions/s, {runs[0]['dispatcher']} / {runs[1]['dispatcher']}: {ratio:.2f}"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    """Command line."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("-N", type=int, default=300, help="Jobs in the burst")
+    parser.add_argument("--only", choices=DISPATCHERS, help="run one dispatcher only")
+    parser.add_argument("--deadline", type=float, default=900.0)
+    parser.add_argument("--json", metavar="FILE")
+    args = parser.parse_args()
+    chosen = [args.only] if args.only else list(DISPATCHERS)
+    runs = [anyio.run(measure, d, args.N, args.deadline) for d in chosen]
+    figures = {
+        "runs": runs,
+        "machine": {"nproc": os.cpu_count(), "python": platform.python_version()},
+    }
+    print(report(runs))
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
+    return 0 if all(r["admitted"] == r["submitted"] for r in runs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

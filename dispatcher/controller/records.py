@@ -1,0 +1,70 @@
+"""What the nomination loop remembers of each workload, and the time helpers its parts share."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dispatcher.controller.outage import Placement
+
+__all__ = ["PITFALL_ADVICE", "Record", "Unconfirmed", "parse_time", "transition_time"]
+
+
+@dataclass(frozen=True)
+class Unconfirmed:
+    """A nomination write that got no answer (timeout, connection cut): it may have landed."""
+
+    target: tuple[str, ...]
+    algorithm: str
+    message: str
+
+
+PITFALL_ADVICE = (
+    "its admission write is rejected because nominatedClusterNames is owned by another field "
+    "manager (the field-manager pitfall, Kueue issue 6185). Install Kueue's "
+    "clear-nominated-cluster-names MutatingAdmissionPolicy (Kubernetes >= 1.36) or enable Kueue's "
+    "WorkloadRequestUseMergePatch feature gate (each admits 9 of the 10 demo workloads on real "
+    "Kueue v0.19.2, where no remedy admits 0)"
+)
+
+
+@dataclass
+class Record:
+    """What the controller remembers of one workload (rebuilt from the API after a restart)."""
+
+    nominated_at: float | None = None
+    nominated: tuple[str, ...] = ()
+    stuck_reported: bool = False
+    event_message: str = ""
+    first_nominated_at: float | None = None
+    admission_reported: bool = False
+    problem: str = ""
+    unconfirmed: Unconfirmed | None = None
+    leftover_since: float | None = None
+    placement: Placement | None = None
+    """The last placement of a quota-holding workload (None when it holds none)."""
+    outage_message: str = ""
+    """The last ``Unplaceable`` Event's message (one Event per change)."""
+    starved_message: str = ""
+    """The last ``BlockedByUnplaceable`` Event's message."""
+
+
+def parse_time(value: str | None) -> float | None:
+    """An RFC 3339 timestamp as seconds since the epoch, or None."""
+    if not value:
+        return None
+    try:
+        moment = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment.timestamp()
+
+
+def transition_time(obj: Mapping[str, Any], kind: str) -> float | None:
+    """When condition ``kind`` of ``obj`` last changed, or None."""
+    for item in (obj.get("status") or {}).get("conditions") or []:
+        if item.get("type") == kind:
+            return parse_time(item.get("lastTransitionTime"))
+    return None

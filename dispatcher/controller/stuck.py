@@ -1,0 +1,186 @@
+"""Stuck detection: a workload its worker admitted but Kueue never records as admitted.
+
+The field-manager pitfall (contract C43): a copy ``Admitted`` on a nominated worker while the
+manager Workload never gets ``status.clusterName``, or a Job that ran and finished there with the
+manager's check still ``Pending``; and the refusal to sync into a same-named Job that is not this
+manager's (C33). Each is reported once per workload: a log line, an ``AdmissionStuck`` Event and
+``multikueue_dispatcher_stuck_workloads_total``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
+
+from dispatcher.clusters.registry import ClusterRegistry
+from dispatcher.controller.config import ControllerConfig
+from dispatcher.controller.events import EventRecorder
+from dispatcher.controller.records import PITFALL_ADVICE, Record, parse_time
+from dispatcher.controller.snapshots import ORIGIN_LABEL, WorkerIndex
+from dispatcher.controller.workqueue import WorkQueue
+from dispatcher.k8s.errors import ApiError
+from dispatcher.k8s.resources import ResourceRef
+from dispatcher.kueue.eligibility import multikueue_check_state
+from dispatcher.telemetry.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+__all__ = ["WORKER_JOBS", "StuckDetector"]
+
+WORKER_JOBS = ResourceRef("batch", "v1", "jobs", "Job")
+"""Jobs on a worker (read once per stuck workload, to name the cause)."""
+
+
+class StuckDetector:
+    """Finds and reports stuck workloads for the nomination loop (which calls it per reconcile)."""
+
+    def __init__(
+        self,
+        *,
+        registry: ClusterRegistry,
+        index: Callable[[str], WorkerIndex | None],
+        queue: WorkQueue,
+        events: EventRecorder,
+        config: ControllerConfig,
+        metrics: Metrics | None,
+    ) -> None:
+        self._registry = registry
+        self._index = index
+        self._queue = queue
+        self._events = events
+        self._config = config
+        self._metrics = metrics
+
+    async def check_admitted(
+        self,
+        key: str,
+        workload: Mapping[str, Any],
+        record: Record,
+        current: tuple[str, ...],
+        now: float,
+    ) -> None:
+        """Report the field-manager pitfall (C43): admitted on a nominated worker long ago, yet
+        Kueue never set ``clusterName`` on the manager."""
+        if record.stuck_reported:
+            return
+        for cluster in current:
+            index = self._index(cluster)
+            since = parse_time(index.admitted.get(key)) if index is not None else None
+            if since is None:
+                continue
+            if now - since < self._config.stuck_after_seconds:
+                # Nothing else may wake this workload up (the rejected admission write changes
+                # nothing we watch): look again when it would count as stuck.
+                self._queue.add_after(key, self._config.stuck_after_seconds - (now - since))
+                continue
+            cause = await self.cause(cluster, workload)
+            if cause is None:
+                # Kueue has not synced the Job to the worker yet: it is behind (a backlog of
+                # its worker clients), not refusing the admission. Look again later.
+                self._queue.add_after(key, self._config.stuck_after_seconds)
+                continue
+            self.report(
+                key,
+                workload,
+                record,
+                f"the copy on {cluster} was admitted {now - since:.0f}s ago but Kueue has not "
+                f"set status.clusterName: {cause}",
+            )
+            return
+
+    async def cause(self, cluster: str, workload: Mapping[str, Any]) -> str | None:
+        """Why Kueue does not record an admission it can see (C43 or C33), or None when it is
+        not stuck but behind.
+
+        Before writing ``clusterName`` Kueue syncs the workload's Job to the admitting worker and
+        refuses a Job of that name there that does not carry this manager's origin label
+        (``ValidateRemoteObjectOwnership``): its reconcile fails before the admission write,
+        again and again. The worker's Job tells the two apart: a same-named Job without our
+        origin label is that refusal; Kueue's own Job is the field-manager pitfall (Kueue syncs
+        the Job before it writes ``clusterName``, ``workload.go`` step 6). No Job at all means
+        Kueue has not reached that step yet (its worker clients are rate limited, C20): None, not
+        stuck. One GET on the worker, only when a workload looks stuck."""
+        meta = workload.get("metadata") or {}
+        owner = next(
+            (
+                ref
+                for ref in meta.get("ownerReferences") or []
+                if ref.get("kind") == "Job" and ref.get("controller")
+            ),
+            None,
+        )
+        worker = self._registry.workers.get(cluster)
+        if owner is None or worker is None or worker.mirror is None:
+            return PITFALL_ADVICE
+        namespace, name = str(meta.get("namespace", "")), str(owner.get("name", ""))
+        try:
+            job = await worker.mirror.api.get(WORKER_JOBS, name, namespace)
+        except ApiError as error:
+            if error.status == 404:
+                return None
+            log.info(
+                "workload %s/%s: could not read Job %s on %s to tell why it is stuck: %s",
+                namespace,
+                meta.get("name", ""),
+                name,
+                cluster,
+                error,
+                extra={"workload": f"{namespace}/{meta.get('name', '')}"},
+            )
+            return PITFALL_ADVICE
+        origin = ((job.get("metadata") or {}).get("labels") or {}).get(ORIGIN_LABEL)
+        if origin == self._config.origin:
+            return PITFALL_ADVICE
+        found = f"origin {origin!r}" if origin else "no origin label"
+        return (
+            f"a Job {namespace}/{name} already exists on {cluster} and was not created by this "
+            f"manager's Kueue ({found}, expected {ORIGIN_LABEL}={self._config.origin}): Kueue "
+            f"refuses to sync into it and will not admit the workload until that Job is deleted "
+            f"or renamed (contract C33)"
+        )
+
+    async def check_finished_unrecorded(
+        self,
+        key: str,
+        workload: Mapping[str, Any],
+        record: Record,
+        checks: Collection[str],
+    ) -> None:
+        """Report the pitfall's other signature: the Job ran on a worker and finished before
+        ``stuck_after_seconds``, so the manager Workload is ``Finished`` with no
+        ``clusterName``, the nomination still standing and the MultiKueue check ``Pending``
+        (seen on real Kueue v0.19.2 without a remedy: 8 of the 10 demo workloads)."""
+        if record.stuck_reported:
+            return
+        status = workload.get("status") or {}
+        nominated = [str(n) for n in status.get("nominatedClusterNames") or ()]
+        if status.get("clusterName") or not nominated:
+            return
+        finished = any(
+            c.get("type") == "Finished" and c.get("status") == "True"
+            for c in status.get("conditions") or []
+        )
+        if not finished:
+            return
+        check, state = multikueue_check_state(workload, checks)
+        if check is None or state != "Pending":
+            return
+        self.report(
+            key,
+            workload,
+            record,
+            f"finished on {', '.join(nominated)} but Kueue never set status.clusterName and its "
+            f"admission check {check} stayed Pending: {PITFALL_ADVICE}",
+        )
+
+    def report(self, key: str, workload: Mapping[str, Any], record: Record, message: str) -> None:
+        """Log, count and emit an ``AdmissionStuck`` Event, once per workload."""
+        record.stuck_reported = True
+        log.error("workload %s is stuck: %s", key, message, extra={"workload": key})
+        if self._metrics is not None:
+            cq = str(
+                ((workload.get("status") or {}).get("admission") or {}).get("clusterQueue") or ""
+            )
+            self._metrics.stuck_workload(cluster_queue=cq)
+        self._events.record(workload, "AdmissionStuck", message, "Warning")
