@@ -13,8 +13,18 @@ entry (:func:`nomination_time`), and the in-flight ledger re-seeded from current
 that clock. What stays in memory only (the Event de-duplication, the stuck report, the wait for a
 leftover copy) is listed in the README ("Restarts").
 
-It also watches for the field-manager pitfall (C43): a copy ``Admitted`` on a nominated worker
-while the manager Workload never gets ``clusterName``.
+Its parts, each in its own module:
+
+- :mod:`~dispatcher.controller.triggers`: which keys each watch event can change;
+- :mod:`~dispatcher.controller.step`: the decision step (a decision in, a typed outcome out),
+  shared with the simulator;
+- :mod:`~dispatcher.controller.writer`: the nomination write, its lost races, and the
+  expectations of its echo;
+- :mod:`~dispatcher.controller.events`: Events from a background recorder;
+- :mod:`~dispatcher.controller.stuck`: the field-manager pitfall (C43), a copy ``Admitted`` on a
+  nominated worker while the manager Workload never gets ``clusterName``;
+- :mod:`~dispatcher.controller.outage`: unplaceable workloads during a worker outage;
+- :mod:`~dispatcher.controller.config`: the configuration and its defaults.
 """
 
 from __future__ import annotations
@@ -37,7 +47,7 @@ from dispatcher.algorithms.model import (
     DispatchRequest,
     RejectionReason,
 )
-from dispatcher.clusters.registry import MANAGER, Candidate, ClusterRegistry
+from dispatcher.clusters.registry import Candidate, ClusterRegistry
 from dispatcher.controller.config import ControllerConfig
 from dispatcher.controller.events import EventRecorder
 from dispatcher.controller.inflight import InFlight
@@ -66,10 +76,11 @@ from dispatcher.controller.snapshots import (
 )
 from dispatcher.controller.step import Action, account, outcome
 from dispatcher.controller.stuck import StuckDetector
+from dispatcher.controller.triggers import CAPACITY_KEY, Triggers
 from dispatcher.controller.workqueue import WorkQueue
 from dispatcher.controller.writer import NominationWriter
 from dispatcher.k8s.errors import ApiError, ApiUnreachable
-from dispatcher.k8s.watching import Listed, ObjectEvent, WatchItem
+from dispatcher.k8s.watching import WatchItem
 from dispatcher.kueue.admission import admission_usage, format_resource_quantity
 from dispatcher.kueue.eligibility import eligibility, multikueue_check_state
 from dispatcher.kueue.objects import InvalidField
@@ -85,9 +96,6 @@ Decide = Callable[[DispatchRequest, Sequence[ClusterSnapshot]], Decision]
 # The ``algorithm`` label of a nomination written back to the worker whose copy holds quota
 # (no pipeline decided it, see ``Nominator._holding_copy``).
 HOLDER_ALGORITHM = "copy-holds-quota"
-CAPACITY_KEY = "capacity:"
-"""Work-queue keys of coalesced capacity changes (``capacity:<worker>``); a Workload key is
-``namespace/name`` and a namespace holds no colon."""
 EVENT_FLUSH_SECONDS = 1.0
 """How long a stopping loop still sends queued Events (part of the shutdown budget)."""
 
@@ -215,7 +223,6 @@ class Nominator:
         self._limiter = anyio.CapacityLimiter(max(1, self.config.workers))
         self._decision_lock = anyio.Lock()
         self._published_states: set[str] = set()
-        self._usable: dict[str, tuple[bool, bool]] = {}
         self._retrying: set[str] = set()
         """Keys whose last reconcile got no usable decision (timed out, failed, withheld):
         retried with the queue's backoff, which a success resets."""
@@ -227,16 +234,8 @@ class Nominator:
         self._released: dict[str, str] = {}
         """Workloads we released (deactivated), by key, with their creationTimestamp."""
         self._restore_wake = anyio.Event()
-        self._mkc_seen: dict[str, tuple[str, str]] = {}
         self.releases = 0
         self.restores = 0
-        self._waiting: dict[str, list[str]] = {}
-        """Manager Workloads that hold quota and have no ``clusterName`` (the ones a capacity or
-        connectivity change can place), with the names of their admission checks, kept from
-        the manager's workload events in the order they started waiting, so a fan-out walks
-        them and not the whole cache."""
-        self.fan_outs = 0
-        """Fan-out walks (re-queues of every waiting or every workload), for operation counts."""
         self.events = EventRecorder(lambda: self.registry.manager.api, metrics=metrics)
         """Events are sent by a background task and aggregated (:meth:`run` starts it)."""
         self.stuck = StuckDetector(
@@ -248,136 +247,32 @@ class Nominator:
             metrics=metrics,
         )
         """Admitted on a worker, never recorded by Kueue (:mod:`dispatcher.controller.stuck`)."""
+        self.triggers = Triggers(
+            registry=registry,
+            queue=self.queue,
+            outage=self.outage,
+            writer=self.writer,
+            config=self.config,
+            wake_restorer=self._wake_restorer,
+        )
+        """Which workload keys each event can change (:mod:`dispatcher.controller.triggers`)."""
 
     # --- events from the registry --------------------------------------------------------------
 
     def on_change(self, cluster: str, resource: str, item: WatchItem) -> None:
-        """Registry callback: turn a change into the workload keys it may affect."""
-        # A re-list delivers each object as a LISTED event, then one Listed marker: the keys of
-        # the listed objects are queued one by one, a fan-out happens once, at the marker.
-        fans_out = isinstance(item, Listed) or (
-            isinstance(item, ObjectEvent) and item.type != "LISTED"
-        )
-        if cluster == MANAGER:
-            if resource == "workloads":
-                if isinstance(item, ObjectEvent):
-                    self._track_waiting(item)
-                    # A re-list replaces the cache at its marker, which queues every listed key.
-                    if item.type != "LISTED" and not self.writer.own_echo(item):
-                        self.queue.add(_key_of(item.object))
-                elif isinstance(item, Listed):
-                    self.writer.forget_echoes()  # every listed key is decided again anyway
-                    listed = {f"{namespace}/{name}" for namespace, name in item.keys}
-                    for key in [k for k in self._waiting if k not in listed]:
-                        del self._waiting[key]
-                    for key in sorted(listed):
-                        self.queue.add(key)
-            elif resource == "multikueueclusters" and isinstance(item, ObjectEvent):
-                change = self._mkc_change(item)
-                if change == "active":
-                    # Kueue's verdict on one worker alone: only the workloads it can change.
-                    name = _key_of(item.object).lstrip("/")
-                    self._reachability_changed(name, self._mkc_seen[name][0] == "True")
-                elif change == "other":
-                    self._requeue_all()
-            elif fans_out:
-                self._requeue_all()
-            return
-        if (
-            resource == "workloads"
-            and isinstance(item, ObjectEvent)
-            and is_copy(item.object, self.config.origin)
-        ):
-            # A copy of ours (C32: by its origin label) changes its one manager Workload.
-            self.queue.add(_key_of(item.object))
-        if fans_out and resource != "connection":
-            if not self._first_list(cluster, resource, item):
-                # Quota or queues changed on this worker: one delayed re-queue of the workloads
-                # that can go there, however many events come meanwhile.
-                self.queue.add_after(CAPACITY_KEY + cluster, self.config.capacity_coalesce_seconds)
-        elif fans_out:
-            self._requeue_waiting()
-        elif resource == "connection":
-            changed = self._usability_changed(cluster)
-            if changed == "settled":
-                self._requeue_waiting()
-            elif changed == "usable":
-                self._reachability_changed(cluster, self.registry.mirror_usable(cluster))
+        """Registry callback: turn a change into the workload keys it may affect
+        (:mod:`dispatcher.controller.triggers`)."""
+        self.triggers.on_change(cluster, resource, item)
 
-    def _first_list(self, cluster: str, resource: str, item: WatchItem) -> bool:
-        """Whether ``item`` ends the first list of a worker resource: what a worker's first
-        sync can change is decided when its connection settles (every waiting workload is
-        re-queued then), not once per resource."""
-        worker = self.registry.workers.get(cluster)
-        mirror = worker.mirror if worker is not None else None
-        return (
-            isinstance(item, Listed)
-            and mirror is not None
-            and resource in mirror.caches
-            and mirror.cache(resource).lists == 1
-        )
+    @property
+    def waiting(self) -> tuple[str, ...]:
+        """Keys of the manager Workloads a capacity or connectivity change can place."""
+        return self.triggers.waiting
 
-    def _usability_changed(self, cluster: str) -> str:
-        """What of a worker's connection change can change a decision: ``usable`` when our
-        mirror of it became usable or unusable (a blip within the stale grace does neither),
-        ``settled`` when its first connection attempt got an outcome (decisions wait for that
-        after a start), else empty."""
-        worker = self.registry.workers.get(cluster)
-        seen = (self.registry.mirror_usable(cluster), worker is not None and worker.settled)
-        before = self._usable.get(cluster)
-        if before == seen:
-            return ""
-        self._usable[cluster] = seen
-        if before is None or before[1] != seen[1]:
-            return "settled"
-        return "usable"
-
-    def _mkc_change(self, item: ObjectEvent) -> str:
-        """What a MultiKueueCluster event changed: ``active`` when nothing but the status of
-        its ``Active`` condition (a known cluster, same spec and labels: then only the
-        workloads that cluster's reachability can change are re-evaluated), ``none`` when
-        neither (a message or heartbeat), ``other`` otherwise (a new, deleted or edited
-        cluster: everything is re-evaluated)."""
-        obj = item.object
-        name = str((obj.get("metadata") or {}).get("name") or "")
-        active = next(
-            (
-                str(c.get("status"))
-                for c in (obj.get("status") or {}).get("conditions") or []
-                if c.get("type") == "Active"
-            ),
-            "",
-        )
-        shape = repr(
-            (sorted(((obj.get("metadata") or {}).get("labels") or {}).items()), obj.get("spec"))
-        )
-        before = self._mkc_seen.get(name)
-        self._mkc_seen[name] = (active, shape)
-        if item.type == "DELETED":
-            self._mkc_seen.pop(name, None)
-            return "other"
-        if before is None or before[1] != shape:
-            return "other"
-        return "none" if before[0] == active else "active"
-
-    def _reachability_changed(self, worker: str, back: bool) -> None:
-        """A worker became unreachable: only the workloads for which it is eligible, nominated
-        or awaited can change. One that is back may also be a better place for any workload
-        waiting for a worker, so those are decided again too."""
-        if back:
-            self._requeue_waiting()
-        self._requeue_affected(worker)
-
-    def _requeue_affected(self, worker: str) -> None:
-        """A worker became reachable or unreachable: re-evaluate the workloads for which it is
-        eligible, nominated or awaited (:meth:`OutageBook.affected_by`), and wake the restorer
-        for the released ones."""
-        # A reconcile running now may have read the worker's old state before it indexed what
-        # the worker can change: it runs once more when it is done (the queue's dirty mark).
-        for key in self.outage.affected_by(worker) | self.queue.processing:
-            self.queue.add(key)
-        if self._released:
-            self._restore_wake.set()
+    @property
+    def fan_outs(self) -> int:
+        """Fan-out walks (re-queues of every waiting or every workload), for operation counts."""
+        return self.triggers.fan_outs
 
     @property
     def writes(self) -> int:
@@ -398,67 +293,16 @@ class Nominator:
         """Whether a write of ours to ``key`` has not come back on the watch yet."""
         return self.writer.awaiting(key)
 
-    @property
-    def waiting(self) -> tuple[str, ...]:
-        """Keys of the manager Workloads a capacity or connectivity change can place."""
-        return tuple(self._waiting)
-
-    def _track_waiting(self, item: ObjectEvent) -> None:
-        """Keep :attr:`_waiting` in step with one manager workload event."""
-        self._set_waiting(item.object, item.type != "DELETED")
-
-    def _set_waiting(self, obj: Mapping[str, Any], present: bool = True) -> None:
-        key = _key_of(obj)
-        status = obj.get("status") or {}
-        if (
-            present
-            and not status.get("clusterName")
-            and condition_status(obj, "QuotaReserved") == "True"
-        ):
-            # (assigning keeps the key's place: the set stays in the order they started waiting)
-            self._waiting[key] = [
-                str(c.get("name") or "") for c in status.get("admissionChecks") or []
-            ]
-        else:
-            self._waiting.pop(key, None)
-
-    def _requeue_waiting_on(self, cluster: str) -> None:
-        """A capacity change on ``cluster`` (coalesced): re-queue the waiting workloads whose
-        MultiKueue admission check lists it; one whose check is unknown yet, too."""
-        self.fan_outs += 1
-        checks = self.registry.multikueue_checks()
-        reaches: dict[str, bool] = {}
-        for key, names in self._waiting.items():
-            mine = [n for n in names if n in checks]
-            if not mine:
-                self.queue.add(key)
-                continue
-            for check in mine:
-                if check not in reaches:
-                    reaches[check] = cluster in self.registry.config_of(check)[1]
-                if reaches[check]:
-                    self.queue.add(key)
-                    break
-
-    def _requeue_all(self) -> None:
-        """Re-queue every manager Workload; the walk also re-derives :attr:`_waiting` from the
-        cache (events seen before this loop was attached are not lost)."""
-        self.fan_outs += 1
-        for obj in self.registry.manager.cache("workloads").items():
-            self._set_waiting(obj)
-            self.queue.add(_key_of(obj))
-
-    def _requeue_waiting(self) -> None:
-        """Capacity or connectivity changed somewhere: look again at undispatched workloads."""
-        self.fan_outs += 1
-        for key in self._waiting:
-            self.queue.add(key)
+    def _wake_restorer(self) -> None:
+        """A worker's reachability changed: released workloads may be restorable."""
+        if self._released:
+            self._restore_wake.set()
 
     # --- running -----------------------------------------------------------------------------
 
     async def run(self) -> None:
         """Run the reconcile workers until cancelled."""
-        self._requeue_all()
+        self.triggers.requeue_all()
         try:
             async with anyio.create_task_group() as group:
                 group.start_soon(self.events.run)
@@ -478,7 +322,7 @@ class Nominator:
                 return
             if key.startswith(CAPACITY_KEY):
                 try:
-                    self._requeue_waiting_on(key.removeprefix(CAPACITY_KEY))
+                    self.triggers.requeue_waiting_on(key.removeprefix(CAPACITY_KEY))
                 finally:
                     self.queue.done(key)
                 continue
@@ -490,7 +334,7 @@ class Nominator:
                 # A Workload the CRD schema would have refused: reported, not retried (any
                 # change of it queues it again), and no capacity change re-queues it.
                 self.queue.forget(key)
-                self._waiting.pop(key, None)
+                self.triggers.not_waiting(key)
                 await self._report_invalid(key, error)
             except ApiError as error:
                 # 429 and 503 may say when to come back (Retry-After): never sooner.
@@ -614,7 +458,7 @@ class Nominator:
         async with self._decision_lock:
             started = anyio.current_time()  # the decision's latency includes its snapshots
             # The candidates read at the start of this reconcile: a reachability change since
-            # runs this reconcile again (``_requeue_affected`` re-queues those in progress).
+            # runs this reconcile again (the triggers re-queue those in progress).
             candidates, request, snapshots = self._inputs(
                 workload, verdict.check, record, current, now, candidates
             )

@@ -119,8 +119,8 @@ async def test_a_full_requeue_rederives_the_waiting_set_from_the_cache() -> None
         await env.start_dispatcher()
         await env.add_workload("job")
         await env.wait(lambda: env.nominated("job") != () and env.idle("job"))
-        env.loop._waiting.clear()  # as if its events had reached no loop
-        env.loop._requeue_all()
+        env.loop.triggers._waiting.clear()  # as if its events had reached no loop
+        env.loop.triggers.requeue_all()
         assert waiting_keys(env) == ["default/job"]
 
 

@@ -84,7 +84,7 @@ async def test_field_manager_pitfall(
         stuck_logs = [
             r
             for r in caplog.records
-            if r.name == "dispatcher.controller.nominator"
+            if r.name == "dispatcher.controller.stuck"
             and r.levelno == logging.ERROR
             and "is stuck" in r.getMessage()
         ]

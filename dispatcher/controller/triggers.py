@@ -1,0 +1,263 @@
+"""Triggers: which manager Workload keys each watch event can change.
+
+Level-triggered like Kueue's own controllers, but an event costs work proportional to what it can
+change:
+
+- a manager Workload event queues that key (not the echo of our own nomination write: the
+  writer's expectations); a re-list queues its keys once, at its marker;
+- a copy's event on a worker queues its one manager Workload (our copies only, by the origin
+  label, C32);
+- any other change of a worker's quota or queues asks for one delayed re-queue
+  (``capacity_coalesce_seconds``, coalesced in the work queue) of the waiting workloads whose
+  MultiKueue check lists that worker; a worker's first list is covered by its connection
+  settling, which re-queues every waiting workload once;
+- Kueue's verdict on a MultiKueueCluster (its ``Active`` condition) or our mirror of a worker
+  becoming (un)usable re-queues the workloads that worker's reachability can change (and the
+  reconciles in progress); any other MultiKueueCluster, MultiKueueConfig or AdmissionCheck change
+  re-queues every workload.
+
+"Waiting" workloads hold quota on the manager and have no ``clusterName``: the ones a capacity or
+connectivity change can place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from dispatcher.clusters.registry import MANAGER, ClusterRegistry
+from dispatcher.controller.config import ControllerConfig
+from dispatcher.controller.outage import OutageBook
+from dispatcher.controller.snapshots import condition_status, is_copy
+from dispatcher.controller.workqueue import WorkQueue
+from dispatcher.controller.writer import NominationWriter
+from dispatcher.k8s.watching import Listed, ObjectEvent, WatchItem
+
+__all__ = ["CAPACITY_KEY", "Triggers"]
+
+CAPACITY_KEY = "capacity:"
+"""Work-queue keys of coalesced capacity changes (``capacity:<worker>``); a Workload key is
+``namespace/name`` and a namespace holds no colon."""
+
+
+def _key_of(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+class Triggers:
+    """Maps the registry's change callbacks to work-queue keys."""
+
+    def __init__(
+        self,
+        *,
+        registry: ClusterRegistry,
+        queue: WorkQueue,
+        outage: OutageBook,
+        writer: NominationWriter,
+        config: ControllerConfig,
+        wake_restorer: Callable[[], None],
+    ) -> None:
+        self._registry = registry
+        self._queue = queue
+        self._outage = outage
+        self._writer = writer
+        self._config = config
+        self._wake_restorer = wake_restorer
+        self._usable: dict[str, tuple[bool, bool]] = {}
+        self._mkc_seen: dict[str, tuple[str, str]] = {}
+        self._waiting: dict[str, list[str]] = {}
+        """Manager Workloads that hold quota and have no ``clusterName``, with the names of
+        their admission checks, kept from the manager's workload events in the order they
+        started waiting, so a fan-out walks them and not the whole cache."""
+        self.fan_outs = 0
+        """Fan-out walks (re-queues of every waiting or every workload), for operation counts."""
+
+    def not_waiting(self, key: str) -> None:
+        """Leave ``key`` out of the fan-outs until its next event (an unreadable Workload)."""
+        self._waiting.pop(key, None)
+
+    def on_change(self, cluster: str, resource: str, item: WatchItem) -> None:
+        """Registry callback: turn a change into the workload keys it may affect."""
+        # A re-list delivers each object as a LISTED event, then one Listed marker: the keys of
+        # the listed objects are queued one by one, a fan-out happens once, at the marker.
+        fans_out = isinstance(item, Listed) or (
+            isinstance(item, ObjectEvent) and item.type != "LISTED"
+        )
+        if cluster == MANAGER:
+            if resource == "workloads":
+                if isinstance(item, ObjectEvent):
+                    self._track_waiting(item)
+                    # A re-list replaces the cache at its marker, which queues every listed key.
+                    if item.type != "LISTED" and not self._writer.own_echo(item):
+                        self._queue.add(_key_of(item.object))
+                elif isinstance(item, Listed):
+                    self._writer.forget_echoes()  # every listed key is decided again anyway
+                    listed = {f"{namespace}/{name}" for namespace, name in item.keys}
+                    for key in [k for k in self._waiting if k not in listed]:
+                        del self._waiting[key]
+                    for key in sorted(listed):
+                        self._queue.add(key)
+            elif resource == "multikueueclusters" and isinstance(item, ObjectEvent):
+                change = self._mkc_change(item)
+                if change == "active":
+                    # Kueue's verdict on one worker alone: only the workloads it can change.
+                    name = _key_of(item.object).lstrip("/")
+                    self._reachability_changed(name, self._mkc_seen[name][0] == "True")
+                elif change == "other":
+                    self.requeue_all()
+            elif fans_out:
+                self.requeue_all()
+            return
+        if (
+            resource == "workloads"
+            and isinstance(item, ObjectEvent)
+            and is_copy(item.object, self._config.origin)
+        ):
+            # A copy of ours (C32: by its origin label) changes its one manager Workload.
+            self._queue.add(_key_of(item.object))
+        if fans_out and resource != "connection":
+            if not self._first_list(cluster, resource, item):
+                # Quota or queues changed on this worker: one delayed re-queue of the workloads
+                # that can go there, however many events come meanwhile.
+                self._queue.add_after(
+                    CAPACITY_KEY + cluster, self._config.capacity_coalesce_seconds
+                )
+        elif fans_out:
+            self._requeue_waiting()
+        elif resource == "connection":
+            changed = self._usability_changed(cluster)
+            if changed == "settled":
+                self._requeue_waiting()
+            elif changed == "usable":
+                self._reachability_changed(cluster, self._registry.mirror_usable(cluster))
+
+    def _first_list(self, cluster: str, resource: str, item: WatchItem) -> bool:
+        """Whether ``item`` ends the first list of a worker resource: what a worker's first
+        sync can change is decided when its connection settles (every waiting workload is
+        re-queued then), not once per resource."""
+        worker = self._registry.workers.get(cluster)
+        mirror = worker.mirror if worker is not None else None
+        return (
+            isinstance(item, Listed)
+            and mirror is not None
+            and resource in mirror.caches
+            and mirror.cache(resource).lists == 1
+        )
+
+    def _usability_changed(self, cluster: str) -> str:
+        """What of a worker's connection change can change a decision: ``usable`` when our
+        mirror of it became usable or unusable (a blip within the stale grace does neither),
+        ``settled`` when its first connection attempt got an outcome (decisions wait for that
+        after a start), else empty."""
+        worker = self._registry.workers.get(cluster)
+        seen = (self._registry.mirror_usable(cluster), worker is not None and worker.settled)
+        before = self._usable.get(cluster)
+        if before == seen:
+            return ""
+        self._usable[cluster] = seen
+        if before is None or before[1] != seen[1]:
+            return "settled"
+        return "usable"
+
+    def _mkc_change(self, item: ObjectEvent) -> str:
+        """What a MultiKueueCluster event changed: ``active`` when nothing but the status of
+        its ``Active`` condition (a known cluster, same spec and labels: then only the
+        workloads that cluster's reachability can change are re-evaluated), ``none`` when
+        neither (a message or heartbeat), ``other`` otherwise (a new, deleted or edited
+        cluster: everything is re-evaluated)."""
+        obj = item.object
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        active = next(
+            (
+                str(c.get("status"))
+                for c in (obj.get("status") or {}).get("conditions") or []
+                if c.get("type") == "Active"
+            ),
+            "",
+        )
+        shape = repr(
+            (sorted(((obj.get("metadata") or {}).get("labels") or {}).items()), obj.get("spec"))
+        )
+        before = self._mkc_seen.get(name)
+        self._mkc_seen[name] = (active, shape)
+        if item.type == "DELETED":
+            self._mkc_seen.pop(name, None)
+            return "other"
+        if before is None or before[1] != shape:
+            return "other"
+        return "none" if before[0] == active else "active"
+
+    def _reachability_changed(self, worker: str, back: bool) -> None:
+        """A worker became unreachable: only the workloads for which it is eligible, nominated
+        or awaited can change. One that is back may also be a better place for any workload
+        waiting for a worker, so those are decided again too."""
+        if back:
+            self._requeue_waiting()
+        self._requeue_affected(worker)
+
+    def _requeue_affected(self, worker: str) -> None:
+        """A worker became reachable or unreachable: re-evaluate the workloads for which it is
+        eligible, nominated or awaited (:meth:`OutageBook.affected_by`), and wake the restorer
+        for the released ones."""
+        # A reconcile running now may have read the worker's old state before it indexed what
+        # the worker can change: it runs once more when it is done (the queue's dirty mark).
+        for key in self._outage.affected_by(worker) | self._queue.processing:
+            self._queue.add(key)
+        self._wake_restorer()
+
+    @property
+    def waiting(self) -> tuple[str, ...]:
+        """Keys of the manager Workloads a capacity or connectivity change can place."""
+        return tuple(self._waiting)
+
+    def _track_waiting(self, item: ObjectEvent) -> None:
+        """Keep :attr:`_waiting` in step with one manager workload event."""
+        self._set_waiting(item.object, item.type != "DELETED")
+
+    def _set_waiting(self, obj: Mapping[str, Any], present: bool = True) -> None:
+        key = _key_of(obj)
+        status = obj.get("status") or {}
+        if (
+            present
+            and not status.get("clusterName")
+            and condition_status(obj, "QuotaReserved") == "True"
+        ):
+            # (assigning keeps the key's place: the set stays in the order they started waiting)
+            self._waiting[key] = [
+                str(c.get("name") or "") for c in status.get("admissionChecks") or []
+            ]
+        else:
+            self._waiting.pop(key, None)
+
+    def requeue_waiting_on(self, cluster: str) -> None:
+        """A capacity change on ``cluster`` (coalesced): re-queue the waiting workloads whose
+        MultiKueue admission check lists it; one whose check is unknown yet, too."""
+        self.fan_outs += 1
+        checks = self._registry.multikueue_checks()
+        reaches: dict[str, bool] = {}
+        for key, names in self._waiting.items():
+            mine = [n for n in names if n in checks]
+            if not mine:
+                self._queue.add(key)
+                continue
+            for check in mine:
+                if check not in reaches:
+                    reaches[check] = cluster in self._registry.config_of(check)[1]
+                if reaches[check]:
+                    self._queue.add(key)
+                    break
+
+    def requeue_all(self) -> None:
+        """Re-queue every manager Workload; the walk also re-derives :attr:`_waiting` from the
+        cache (events seen before this loop was attached are not lost)."""
+        self.fan_outs += 1
+        for obj in self._registry.manager.cache("workloads").items():
+            self._set_waiting(obj)
+            self._queue.add(_key_of(obj))
+
+    def _requeue_waiting(self) -> None:
+        """Capacity or connectivity changed somewhere: look again at undispatched workloads."""
+        self.fan_outs += 1
+        for key in self._waiting:
+            self._queue.add(key)
