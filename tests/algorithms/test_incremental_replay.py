@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import pytest
 
-from dispatcher.algorithms import ClusterSnapshot, QueuedWorkload, stages
+from dispatcher.algorithms import ClusterSnapshot, QueuedWorkload
 from dispatcher.algorithms.stages import StageContext, continue_replay
 from dispatcher.testing import make_cluster, make_pod_set, make_request
 
@@ -25,20 +25,6 @@ def flying(n: int, start: int = 0) -> tuple[QueuedWorkload, ...]:
 
 def fit(snapshot: ClusterSnapshot) -> object:
     return StageContext(make_request("probe", cpu=1), [snapshot]).fit(snapshot)
-
-
-@pytest.fixture
-def assignments(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Counts the flavor assignments made by the in-flight replay."""
-    calls = [0]
-    original = stages.assign_flavors
-
-    def counted(*args: object, **kwargs: object) -> object:
-        calls[0] += 1
-        return original(*args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(stages, "assign_flavors", counted)
-    return calls
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 
 import pytest
 from controller_kit import ELIGIBLE_STATUS, KUEUE, World, keep_or_first, workload, world
@@ -39,6 +39,18 @@ def flavor(name: str) -> dict[str, object]:
 async def worker_api(env: World, name: str) -> AsyncIterator[KubeApi]:
     async with await KubeApi.from_kubeconfig(env.workers[name].kubeconfig, name=name) as api:
         yield api
+
+
+def counting(
+    decisions: list[str],
+) -> Callable[[DispatchRequest, Sequence[ClusterSnapshot]], Decision]:
+    """``keep_or_first``, appending each decided key to ``decisions``."""
+
+    def decide(request: DispatchRequest, snapshots: Sequence[ClusterSnapshot]) -> Decision:
+        decisions.append(request.key)
+        return keep_or_first(request, snapshots)
+
+    return decide
 
 
 def waiting_keys(env: World) -> list[str]:
@@ -129,12 +141,7 @@ async def test_the_echo_of_our_own_write_asks_for_no_decision() -> None:
     named) queues nothing, so a nomination costs one decision, not two; a change someone else
     makes afterwards (a label) is decided again as usual."""
     decisions: list[str] = []
-
-    def counted(request: DispatchRequest, snapshots: Sequence[ClusterSnapshot]) -> Decision:
-        decisions.append(request.key)
-        return keep_or_first(request, snapshots)
-
-    async with world(decide=counted) as env:
+    async with world(decide=counting(decisions)) as env:
         await env.start_dispatcher()
         await env.add_workload("job")
         await env.wait(lambda: env.nominated("job") != () and env.idle("job"))
@@ -216,12 +223,7 @@ async def test_a_reconcile_behind_our_own_write_waits_for_its_echo() -> None:
     then queues it once. The write's answer and its echo are played by hand: the expectation
     names a version, and the loop is handed the watch event carrying it."""
     decisions: list[str] = []
-
-    def counted(request: DispatchRequest, snapshots: Sequence[ClusterSnapshot]) -> Decision:
-        decisions.append(request.key)
-        return keep_or_first(request, snapshots)
-
-    async with world(decide=counted) as env:
+    async with world(decide=counting(decisions)) as env:
         await env.start_dispatcher()
         await env.add_workload("job")
         await env.wait(lambda: env.nominated("job") != () and env.idle("job"))
