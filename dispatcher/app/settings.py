@@ -321,8 +321,7 @@ class Settings(BaseSettings):
         default=CONTROLLER_DEFAULTS.stuck_after_seconds,
         gt=0,
         description="How long a copy may stay Admitted on a nominated worker while Kueue has not "
-        "set `status.clusterName` on the manager (and Kueue's Job on that worker may exist) "
-        "before the workload is reported stuck (the "
+        "set `status.clusterName` on the manager before the workload is reported stuck (the "
         "field-manager pitfall, contract C43: log, `AdmissionStuck` Event, "
         "`multikueue_dispatcher_stuck_workloads_total`).",
     )
