@@ -74,7 +74,7 @@ class StuckDetector:
                 # nothing we watch): look again when it would count as stuck.
                 self._queue.add_after(key, self._config.stuck_after_seconds - (now - since))
                 continue
-            cause = await self.cause(cluster, workload, now)
+            cause = await self.cause(cluster, workload)
             if cause is None:
                 # Kueue has not synced the Job to the worker yet: it is behind (a backlog of
                 # its worker clients), not refusing the admission. Look again later.
@@ -89,9 +89,7 @@ class StuckDetector:
             )
             return
 
-    async def cause(
-        self, cluster: str, workload: Mapping[str, Any], now: float | None = None
-    ) -> str | None:
+    async def cause(self, cluster: str, workload: Mapping[str, Any]) -> str | None:
         """Why Kueue does not record an admission it can see (C43 or C33), or None when it is
         not stuck but behind.
 
@@ -102,10 +100,7 @@ class StuckDetector:
         origin label is that refusal; Kueue's own Job is the field-manager pitfall (Kueue syncs
         the Job before it writes ``clusterName``, ``workload.go`` step 6). No Job at all means
         Kueue has not reached that step yet (its worker clients are rate limited, C20): None, not
-        stuck. Kueue's own Job younger than ``stuck_after_seconds`` at ``now`` (when given) means
-        it is behind too: it writes ``clusterName`` in the reconcile after the one that created
-        the Job, and a refused write keeps the Job waiting while it ages. One GET on the worker,
-        only when a workload looks stuck."""
+        stuck. One GET on the worker, only when a workload looks stuck."""
         meta = workload.get("metadata") or {}
         owner = next(
             (
@@ -136,10 +131,6 @@ class StuckDetector:
             return PITFALL_ADVICE
         origin = ((job.get("metadata") or {}).get("labels") or {}).get(ORIGIN_LABEL)
         if origin == self._config.origin:
-            created = parse_time(str((job.get("metadata") or {}).get("creationTimestamp") or ""))
-            grace = self._config.stuck_after_seconds
-            if now is not None and created is not None and now - created < grace:
-                return None  # just synced: Kueue is behind, not refused
             return PITFALL_ADVICE
         found = f"origin {origin!r}" if origin else "no origin label"
         return (

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from controller_kit import world
 
-from dispatcher.controller.records import PITFALL_ADVICE, parse_time
+from dispatcher.controller.records import PITFALL_ADVICE
 from dispatcher.controller.stuck import WORKER_JOBS
 
 
@@ -80,31 +80,3 @@ async def test_the_workers_job_names_the_cause(
         else:
             assert cause is not None
             assert "already exists on w1 and was not created by this manager's Kueue" in cause
-
-
-@pytest.mark.parametrize(
-    ("age", "blamed"),
-    [
-        pytest.param(1.0, None, id="just-synced-job-kueue-is-behind"),
-        pytest.param(60.0, "pitfall", id="job-aged-past-the-threshold-refused"),
-    ],
-)
-async def test_kueues_own_job_blames_the_pitfall_only_once_it_aged(
-    age: float, blamed: str | None
-) -> None:
-    """Kueue writes ``clusterName`` in the reconcile after the one that created the worker's
-    Job: a Job younger than ``stuck_after_seconds`` means Kueue is behind (a burst through its
-    rate-limited worker clients), one that aged past it means the write is refused."""
-    async with world(workers=("w1",)) as w:
-        nominator = await w.start_dispatcher()
-        worker = w.mirrors.workers["w1"].mirror
-        assert worker is not None
-        created = await worker.api.create(
-            WORKER_JOBS,
-            _job({"kueue.x-k8s.io/multikueue-origin": "multikueue"}),
-            namespace="default",
-        )
-        born = parse_time(created["metadata"]["creationTimestamp"])
-        assert born is not None
-        cause = await nominator.stuck.cause("w1", _manager_workload(), born + age)
-        assert cause == (PITFALL_ADVICE if blamed == "pitfall" else None)
