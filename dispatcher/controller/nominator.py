@@ -78,7 +78,7 @@ from dispatcher.controller.step import Action, account, outcome
 from dispatcher.controller.stuck import StuckDetector
 from dispatcher.controller.triggers import CAPACITY_KEY, Triggers
 from dispatcher.controller.workqueue import WorkQueue
-from dispatcher.controller.writer import NominationWriter
+from dispatcher.controller.writer import ECHO_TTL_SECONDS, NominationWriter
 from dispatcher.k8s.errors import ApiError, ApiUnreachable
 from dispatcher.k8s.watching import WatchItem
 from dispatcher.kueue.admission import admission_usage, format_resource_quantity
@@ -217,6 +217,7 @@ class Nominator:
             field_manager=self.config.field_manager,
             metrics=metrics,
             now=self._now,
+            cached_version=self._cached_version,
         )
         """Our writes to manager Workloads, and the expectations of their echoes
         (:mod:`dispatcher.controller.writer`)."""
@@ -292,6 +293,12 @@ class Nominator:
     def awaiting_echo(self, key: str) -> bool:
         """Whether a write of ours to ``key`` has not come back on the watch yet."""
         return self.writer.awaiting(key)
+
+    def _cached_version(self, key: str) -> str | None:
+        """The resourceVersion of the manager Workload ``key`` in our cache (None: absent)."""
+        namespace, _, name = key.partition("/")
+        found = self.registry.manager.cache("workloads").get(name, namespace)
+        return None if found is None else str((found.get("metadata") or {}).get("resourceVersion"))
 
     def _wake_restorer(self) -> None:
         """A worker's reachability changed: released workloads may be restorable."""
@@ -400,6 +407,8 @@ class Nominator:
     async def _reconcile(self, key: str, namespace: str, name: str) -> str:
         self._retrying.discard(key)
         if self.writer.behind(key):
+            # The echo queues it; should it never come, the expectation's TTL ends the wait.
+            self.queue.add_after(key, ECHO_TTL_SECONDS)
             return "waiting for the echo of our write"
         workload = self.registry.manager.cache("workloads").get(name, namespace)
         if workload is None:

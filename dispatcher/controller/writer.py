@@ -45,8 +45,10 @@ class NominationWriter:
         field_manager: str,
         metrics: Metrics | None,
         now: Callable[[], float],
+        cached_version: Callable[[str], str | None] = lambda key: None,
     ) -> None:
         self._api = api
+        self._cached_version = cached_version
         self._field_manager = field_manager
         self._metrics = metrics
         self._now = now
@@ -103,7 +105,7 @@ class NominationWriter:
                 self._metrics.error("write_conflict")
             return False
         self.writes += 1
-        self.expect(f"{meta['namespace']}/{meta['name']}", result.object, skip=True)
+        self.expect(f"{meta['namespace']}/{meta['name']}", result.object, skip=True, base=rv)
         log.info(
             "workload %s/%s: nominated %s",
             meta["namespace"],
@@ -122,7 +124,8 @@ class NominationWriter:
             body=dict(body),
             content_type=MERGE_PATCH,
         )
-        self.expect(f"{meta['namespace']}/{meta['name']}", answer, skip=False)
+        base = str(meta.get("resourceVersion") or "") or None
+        self.expect(f"{meta['namespace']}/{meta['name']}", answer, skip=False, base=base)
 
     def own_echo(self, item: ObjectEvent) -> bool:
         """Whether ``item`` is the echo of our own nomination write, which needs no reconcile
@@ -146,9 +149,17 @@ class NominationWriter:
             self.echoes_skipped += 1
         return expected[1]
 
-    def expect(self, key: str, answer: Mapping[str, Any], skip: bool) -> None:
-        """Remember the version our write of ``key`` produced (from the write's answer)."""
+    def expect(
+        self, key: str, answer: Mapping[str, Any], skip: bool, base: str | None = None
+    ) -> None:
+        """Remember the version our write of ``key`` produced (from the write's answer). With
+        ``base`` (the version the write was based on): only while the cache still shows it. The
+        watch may deliver the echo before the answer arrives; then it has been reconciled
+        already, and waiting for it would hold the key's reconciles back until the TTL."""
         version = str((answer.get("metadata") or {}).get("resourceVersion") or "")
+        if base is not None and self._cached_version(key) != base:
+            self._echoes.pop(key, None)
+            return
         if version:
             self._echoes[key] = (version, skip, self._now())
         else:
