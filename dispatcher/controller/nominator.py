@@ -80,7 +80,7 @@ from dispatcher.controller.triggers import CAPACITY_KEY, Triggers
 from dispatcher.controller.workqueue import WorkQueue
 from dispatcher.controller.writer import ECHO_TTL_SECONDS, NominationWriter
 from dispatcher.k8s.errors import ApiError, ApiUnreachable
-from dispatcher.k8s.watching import WatchItem
+from dispatcher.k8s.watching import WatchItem, key_text
 from dispatcher.kueue.admission import admission_usage, format_resource_quantity
 from dispatcher.kueue.eligibility import eligibility, multikueue_check_state
 from dispatcher.kueue.objects import InvalidField
@@ -139,11 +139,6 @@ def nomination_time(workload: Mapping[str, Any], field_manager: str) -> float | 
             return None
         return parse_time(entry.get("time"))
     return None
-
-
-def _key_of(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
 _DURATION = re.compile(r"\b\d+(?:\.\d+)?s\b")
@@ -1004,7 +999,7 @@ class Nominator:
                 held_in == cluster_queue or (cohort and cohorts.get(held_in) == cohort)
             ):
                 continue
-            other_key = _key_of(other)
+            other_key = key_text(other)
             judged = eligibility(other, checks)
             if other_key in self.outage.holders or not judged.eligible or judged.check is None:
                 continue

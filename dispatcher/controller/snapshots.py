@@ -26,7 +26,7 @@ from dispatcher.clusters.mirror import Mirror
 from dispatcher.clusters.registry import Candidate
 from dispatcher.clusters.slim import ORIGIN_LABEL
 from dispatcher.controller.inflight import InFlight
-from dispatcher.k8s.watching import Key, Listed, Listener, Obj, ObjectCache, ObjectEvent
+from dispatcher.k8s.watching import Key, Listed, Listener, Obj, ObjectCache, ObjectEvent, key_text
 from dispatcher.kueue.admission import admission_usage
 from dispatcher.kueue.objects import (
     ClusterQueueView,
@@ -56,11 +56,6 @@ def condition_status(obj: Mapping[str, Any], kind: str) -> str | None:
         if item.get("type") == kind:
             return str(item.get("status"))
     return None
-
-
-def _key(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
 def is_copy(obj: Mapping[str, Any], origin: str) -> bool:
@@ -305,7 +300,7 @@ class WorkerIndex:
         try:
             self._lqs[key] = parse_local_queue(raw)
         except (ValueError, TypeError, KeyError) as error:
-            self._error("localqueues", key, f"LocalQueue {_key(raw)}: {error}")
+            self._error("localqueues", key, f"LocalQueue {key_text(raw)}: {error}")
 
     def _local_queues_changed(self) -> None:
         self.local_queues = tuple(view for _, view in sorted(self._lqs.items()))
@@ -335,7 +330,7 @@ class WorkerIndex:
         try:
             self._rfs[key] = parse_resource_flavor(raw)
         except (ValueError, TypeError, KeyError) as error:
-            self._error("resourceflavors", key, f"ResourceFlavor {_key(raw)}: {error}")
+            self._error("resourceflavors", key, f"ResourceFlavor {key_text(raw)}: {error}")
 
     def _set_flavor(self, key: Key, raw: Obj | None) -> None:
         self._parse_flavor(key, raw)
@@ -351,7 +346,7 @@ class WorkerIndex:
         try:
             self._cqs[key] = parse_cluster_queue(raw)
         except (ValueError, TypeError, KeyError) as error:
-            self._error("clusterqueues", key, f"ClusterQueue {_key(raw)}: {error}")
+            self._error("clusterqueues", key, f"ClusterQueue {key_text(raw)}: {error}")
 
     def _set_cluster_queue(self, key: Key, raw: Obj | None) -> None:
         self._parse_cluster_queue(key, raw)
@@ -361,7 +356,7 @@ class WorkerIndex:
     def _derive(self, raw: Obj) -> _Entry:
         """What one Workload contributes (one parse)."""
         self.parses += 1
-        key = _key(raw)
+        key = key_text(raw)
         ours = is_copy(raw, self.origin)
         if condition_status(raw, "Finished") == "True":
             return _Entry(copy=ours)

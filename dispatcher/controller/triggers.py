@@ -31,18 +31,13 @@ from dispatcher.controller.outage import OutageBook
 from dispatcher.controller.snapshots import condition_status, is_copy
 from dispatcher.controller.workqueue import WorkQueue
 from dispatcher.controller.writer import NominationWriter
-from dispatcher.k8s.watching import Listed, ObjectEvent, WatchItem
+from dispatcher.k8s.watching import Listed, ObjectEvent, WatchItem, key_text
 
 __all__ = ["CAPACITY_KEY", "Triggers"]
 
 CAPACITY_KEY = "capacity:"
 """Work-queue keys of coalesced capacity changes (``capacity:<worker>``); a Workload key is
 ``namespace/name`` and a namespace holds no colon."""
-
-
-def _key_of(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
 class Triggers:
@@ -90,7 +85,7 @@ class Triggers:
                     self._track_waiting(item)
                     # A re-list replaces the cache at its marker, which queues every listed key.
                     if item.type != "LISTED" and not self._writer.own_echo(item):
-                        self._queue.add(_key_of(item.object))
+                        self._queue.add(key_text(item.object))
                 elif isinstance(item, Listed):
                     self._writer.forget_echoes()  # every listed key is decided again anyway
                     listed = {f"{namespace}/{name}" for namespace, name in item.keys}
@@ -102,7 +97,7 @@ class Triggers:
                 change = self._mkc_change(item)
                 if change == "active":
                     # Kueue's verdict on one worker alone: only the workloads it can change.
-                    name = _key_of(item.object).lstrip("/")
+                    name = key_text(item.object).lstrip("/")
                     self._reachability_changed(name, self._mkc_seen[name][0] == "True")
                 elif change == "other":
                     self.requeue_all()
@@ -115,7 +110,7 @@ class Triggers:
             and is_copy(item.object, self._config.origin)
         ):
             # A copy of ours (C32: by its origin label) changes its one manager Workload.
-            self._queue.add(_key_of(item.object))
+            self._queue.add(key_text(item.object))
         if fans_out and resource != "connection":
             if not self._first_list(cluster, resource, item):
                 # Quota or queues changed on this worker: one delayed re-queue of the workloads
@@ -216,7 +211,7 @@ class Triggers:
         self._set_waiting(item.object, item.type != "DELETED")
 
     def _set_waiting(self, obj: Mapping[str, Any], present: bool = True) -> None:
-        key = _key_of(obj)
+        key = key_text(obj)
         status = obj.get("status") or {}
         if (
             present
@@ -254,7 +249,7 @@ class Triggers:
         self.fan_outs += 1
         for obj in self._registry.manager.cache("workloads").items():
             self._set_waiting(obj)
-            self._queue.add(_key_of(obj))
+            self._queue.add(key_text(obj))
 
     def _requeue_waiting(self) -> None:
         """Capacity or connectivity changed somewhere: look again at undispatched workloads."""

@@ -19,7 +19,7 @@ from typing import Any
 from dispatcher.k8s.client import KubeApi
 from dispatcher.k8s.patching import MERGE_PATCH, AdmittedMeanwhile, apply_status
 from dispatcher.k8s.resources import KUEUE_GROUP, KUEUE_VERSION, WORKLOADS
-from dispatcher.k8s.watching import ObjectEvent
+from dispatcher.k8s.watching import ObjectEvent, key_text
 from dispatcher.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -28,11 +28,6 @@ __all__ = ["ECHO_TTL_SECONDS", "NominationWriter"]
 
 ECHO_TTL_SECONDS = 30.0
 """How long a reconcile waits for the watch to show our own write before it decides anyway."""
-
-
-def _key_of(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
 class NominationWriter:
@@ -131,7 +126,7 @@ class NominationWriter:
         """Whether ``item`` is the echo of our own nomination write, which needs no reconcile
         (client-go's "expectations"): the object the write's answer carried, by
         resourceVersion. Any later change has another version and is reconciled as usual."""
-        key = _key_of(item.object)
+        key = key_text(item.object)
         expected = self._echoes.get(key)
         if expected is None:
             return False

@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -101,6 +101,12 @@ def object_key(obj: Obj) -> Key:
     """``(namespace, name)`` of an object."""
     meta = obj.get("metadata") or {}
     return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+
+
+def key_text(obj: Mapping[str, Any]) -> str:
+    """``namespace/name`` of an object (``/name`` when cluster-scoped): the work-queue key."""
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
 
 
 @dataclass(frozen=True)
