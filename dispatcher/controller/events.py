@@ -104,10 +104,10 @@ class EventRecorder:
         self._now = now or time.time
         self._pending: OrderedDict[EventKey, _Pending] = OrderedDict()
         self._sent: OrderedDict[EventKey, _Sent] = OrderedDict()
-        self._wake = anyio.Event()
+        self._changed = anyio.Event()
+        """Set (and replaced) whenever an Event is queued or a request ends."""
         self._sending = 0
-        self._idle = anyio.Event()
-        self._idle.set()
+        """Requests in flight."""
         self._last_drop_log = -1.0
         self.recorded = 0
         """Calls of :meth:`record`."""
@@ -153,8 +153,7 @@ class EventRecorder:
             self._pending[key] = _Pending(
                 self._body(meta, reason, message, kind, now), 1, now, None
             )
-        self._idle = anyio.Event() if self._idle.is_set() else self._idle
-        self._wake.set()
+        self._notify()
 
     def _drop(self, key: EventKey) -> None:
         self.dropped += 1
@@ -208,22 +207,25 @@ class EventRecorder:
             for _ in range(self.senders):
                 group.start_soon(self._sender)
 
+    def _notify(self) -> None:
+        event, self._changed = self._changed, anyio.Event()
+        event.set()
+
     async def _sender(self) -> None:
         while True:
-            if not self._pending:
-                self._wake = anyio.Event()
-                if not self._pending:
-                    self._idle.set()
-                    await self._wake.wait()
-                continue
-            await self._send_one()
+            if self._pending:
+                await self._send_one()
+            else:
+                await self._changed.wait()
 
     async def flush(self) -> None:
-        """Send every queued Event now (in this task); for shutdown and tests."""
-        while self._pending:
-            await self._send_one()
-        while self._sending:
-            await self._idle.wait()
+        """Send every queued Event now (in this task), and wait for the requests the senders
+        have in flight; for shutdown and tests."""
+        while self._pending or self._sending:
+            if self._pending:
+                await self._send_one()
+            else:
+                await self._changed.wait()
 
     async def _send_one(self) -> None:
         key, pending = self._pending.popitem(last=False)
@@ -232,13 +234,12 @@ class EventRecorder:
             name = await self._send(key, pending)
         finally:
             self._sending -= 1
+            self._notify()
         if name is not None:
             self._sent[key] = _Sent(name, pending.count, pending.last)
             self._sent.move_to_end(key)
             while len(self._sent) > self._remember:
                 self._sent.popitem(last=False)
-        if not self._pending and not self._sending:
-            self._idle.set()
 
     async def _send(self, key: EventKey, pending: _Pending) -> str | None:
         namespace = key[0]

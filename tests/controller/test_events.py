@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+import anyio
 import pytest
 
 from dispatcher.controller.events import EventRecorder
@@ -159,3 +160,40 @@ async def test_a_failed_request_is_counted_and_the_next_events_go_out() -> None:
     events.record(workload("a"), "Nominated", "to w1", "Normal")
     await events.flush()
     assert [verb for verb, _, _ in api.calls] == ["create", "create", "create"]
+
+
+async def test_the_senders_send_side_by_side_and_flush_waits_for_them() -> None:
+    """With two senders, two requests are in flight at once (each held until both started),
+    again after the queue ran dry once; ``flush`` returns only when both answered."""
+
+    class Held(MemoryApi):
+        def __init__(self) -> None:
+            super().__init__()
+            self.in_flight = 0
+            self.most = 0
+            self.both = anyio.Event()
+
+        async def create(
+            self, resource: object, body: dict[str, Any], namespace: str | None = None
+        ) -> dict[str, Any]:
+            self.in_flight += 1
+            self.most = max(self.most, self.in_flight)
+            if self.in_flight == 2:
+                self.both.set()
+            with anyio.fail_after(10):
+                await self.both.wait()
+            self.in_flight -= 1
+            return await super().create(resource, body, namespace)
+
+    api = Held()
+    events = recorder(api, senders=2)
+    async with anyio.create_task_group() as group:
+        group.start_soon(events.run)
+        for burst in range(2):
+            api.both = anyio.Event()
+            events.record(workload(f"a{burst}"), "Nominated", "to w1", "Normal")
+            events.record(workload(f"b{burst}"), "Nominated", "to w1", "Normal")
+            with anyio.fail_after(10):
+                await events.flush()
+            assert (api.most, api.in_flight, events.created) == (2, 0, 2 * (burst + 1))
+        group.cancel_scope.cancel()
