@@ -5,6 +5,11 @@ its events to an :class:`~dispatcher.k8s.watching.ObjectCache`. Decisions read t
 nothing asks the API per decision. A resource marked optional (the manager's LocalQueues, which
 its RBAC may leave out) that answers 403 or 404 is reported unavailable instead of holding the
 mirror in "disconnected". Every other failed list or watch counts as a ``watch`` error.
+
+The streams of one mirror share a :class:`~dispatcher.k8s.watching.RetryNow`: when one of them
+gets through after a failure while others are still waiting out their backoff (the cluster is
+back), those try again at once; :meth:`Mirror.retry_now` does the same on someone else's word
+(Kueue reporting the worker ``Active``).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from dispatcher.k8s.resources import ResourceRef
 from dispatcher.k8s.watching import (
     Disconnected,
     ObjectCache,
+    RetryNow,
     Transform,
     WatchItem,
     WatchSettings,
@@ -77,6 +83,16 @@ class Mirror:
         self._clock = clock
         self._on_change = on_change
         self._metrics = metrics
+        self.retry = RetryNow()
+        """Shared by this mirror's streams: firing it ends their backoff delays."""
+        self._failing: set[str] = set()
+        """Resources whose last item was a failure."""
+
+    def retry_now(self) -> None:
+        """Make every stream waiting out a backoff delay try again now (no-op when none is
+        failing)."""
+        if self._failing:
+            self.retry.fire()
 
     @property
     def synced(self) -> bool:
@@ -136,6 +152,7 @@ class Mirror:
             label_selector=spec.label_selector,
             settings=self._settings,
             clock=self._clock,
+            retry=self.retry,
         )
 
     async def _consume(self, key: str, receive: MemoryObjectReceiveStream[WatchItem]) -> None:
@@ -144,6 +161,7 @@ class Mirror:
         async with receive:
             async for item in receive:
                 if isinstance(item, Disconnected):
+                    self._failing.add(key)
                     self.last_error = f"{spec.resource.plural}: {item.error}"
                     if spec.optional and item.status in (403, 404):
                         if key not in self.unavailable:
@@ -159,6 +177,18 @@ class Mirror:
                         self._metrics.error("watch")
                 else:
                     self.unavailable.pop(key, None)
+                    if key in self._failing:
+                        # Back after a failure: so is the server, most likely. Streams still
+                        # waiting out a delay (their failure may not have reached us yet) retry.
+                        self._failing.discard(key)
+                        if self._failing:
+                            log.info(
+                                "cluster %s: %s reachable again; the other streams retry now",
+                                self.name,
+                                spec.resource.plural,
+                                extra={"cluster": self.name},
+                            )
+                        self.retry.fire()
                 item = cache.apply(item)
                 if self._on_change is not None:
                     self._on_change(key, item)

@@ -61,6 +61,7 @@ from dispatcher.k8s.watching import (
     Backoff,
     BackoffPolicy,
     Disconnected,
+    ObjectEvent,
     WatchItem,
     WatchSettings,
 )
@@ -290,8 +291,21 @@ class ClusterRegistry:
     def _manager_changed(self, resource: str, item: WatchItem) -> None:
         if resource in ("multikueueclusters", "secrets"):
             self._resync()
+        if resource == "multikueueclusters" and isinstance(item, ObjectEvent):
+            self._kueue_reaches(item.object)
         if self._on_change is not None and resource not in ("secrets", "localqueues"):
             self._on_change(MANAGER, resource, item)
+
+    def _kueue_reaches(self, mkc: Mapping[str, Any]) -> None:
+        """Kueue reports a worker ``Active``: its API server answers Kueue, so streams of our
+        mirror that are waiting out a backoff delay try again now rather than up to a minute
+        after Kueue dispatches there again."""
+        active = _condition(mkc, "Active")
+        worker = self.workers.get(str((mkc.get("metadata") or {}).get("name") or ""))
+        if active is None or active.get("status") != "True" or worker is None:
+            return
+        if worker.mirror is not None:
+            worker.mirror.retry_now()
 
     def _now(self) -> float:
         return self._clock.monotonic()

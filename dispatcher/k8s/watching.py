@@ -13,12 +13,17 @@ stream (it never yields from inside a cancel scope):
    error: watch again from the last resourceVersion seen (events and bookmarks). On 410 (an
    ``ERROR`` event or the HTTP status): go back to 1 (re-list).
 4. Failures send a :class:`Disconnected` event and wait with exponential backoff (per stream,
-   reset by the next successful list or event) on an injectable clock. A stream that stayed
-   open at least ``healthy_stream`` seconds and then ended or was cut is routine (a proxy or
-   the server closing it; client-go's reflector draws the same line at 1 s): it resets the
-   backoff and is watched again at once, without a :class:`Disconnected`; only a re-watch that
-   fails too reports one. So a server that sends no bookmarks does not make quiet streams wait
-   ever longer, and one cut stream does not mark the cluster disconnected.
+   reset by the next successful list or event) on an injectable clock, or as long as the
+   server's ``Retry-After`` says. A stream that stayed open at least ``healthy_stream``
+   seconds and then ended or was cut is routine (a proxy or the server closing it; client-go's
+   reflector draws the same line at 1 s): it resets the backoff and is watched again at once,
+   without a :class:`Disconnected`; only a re-watch that fails too reports one. So a server
+   that sends no bookmarks does not make quiet streams wait ever longer, and one cut stream
+   does not mark the cluster disconnected.
+5. A :class:`RetryNow` shared by the streams of one cluster cuts their backoff short: when one
+   of them gets through again, or when someone who knows better (Kueue reporting the cluster
+   ``Active`` again) says the server is back, every stream waiting out a delay tries at once
+   instead of up to ``maximum`` seconds later. A try that fails again waits the next delay.
 
 :class:`ObjectCache` applies these events to a dict of objects, as the mirrors do (optionally
 through an ingest transform that keeps only what its readers use, and a re-list replacing the
@@ -157,6 +162,63 @@ class WatchSettings:
     backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
 
 
+class RetryNow:
+    """A signal that cuts short the backoff of every stream waiting on it (item 5 above).
+
+    A stream takes a :meth:`ticket` when its request fails and pauses with it: a :meth:`fire`
+    after that ticket ends the pause, even one that came before the pause began (a peer
+    reconnected while this stream was still reporting its failure). Firing with nobody waiting
+    does nothing.
+    """
+
+    def __init__(self) -> None:
+        self._event = anyio.Event()
+        self.fired = 0
+        """How often the signal fired."""
+
+    def ticket(self) -> int:
+        """Taken at a failure: what :meth:`pause` compares with."""
+        return self.fired
+
+    def fire(self) -> None:
+        """End every pause whose ticket was taken before now."""
+        self.fired += 1
+        event, self._event = self._event, anyio.Event()
+        event.set()
+
+    async def pause(self, clock: Clock, seconds: float, ticket: int) -> bool:
+        """Wait ``seconds`` on ``clock`` unless the signal fired after ``ticket`` was taken or
+        fires meanwhile; True when it cut the pause short."""
+        if self.fired != ticket:
+            return True
+        event = self._event
+        woken = False
+        async with anyio.create_task_group() as group:
+
+            async def sleep() -> None:
+                await clock.sleep(seconds)
+                group.cancel_scope.cancel()
+
+            async def wake() -> None:
+                nonlocal woken
+                await event.wait()
+                woken = True
+                group.cancel_scope.cancel()
+
+            group.start_soon(sleep)
+            group.start_soon(wake)
+        return woken
+
+
+async def _pause(
+    clock: Clock, seconds: float, retry: RetryNow | None, ticket: int, path: str
+) -> None:
+    if retry is None:
+        await clock.sleep(seconds)
+    elif await retry.pause(clock, seconds, ticket):
+        log.info("%s: retrying before the backoff ended (the cluster is reachable again)", path)
+
+
 class _Expired(Exception):
     """410: re-list."""
 
@@ -184,12 +246,14 @@ async def list_watch(
     field_selector: str | None = None,
     settings: WatchSettings | None = None,
     clock: Clock = SYSTEM_CLOCK,
+    retry: RetryNow | None = None,
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """List then watch ``resource`` forever, sending :data:`WatchItem` s to ``send``.
 
     ``namespace`` None watches all namespaces (or a cluster-scoped kind). With ``tg.start``, the
-    task reports started after the first successful LIST has been sent. Returns only when the
+    task reports started after the first successful LIST has been sent. ``retry`` (shared by the
+    streams of one cluster) cuts a backoff delay short when it fires. Returns only when the
     receiving side is closed; closes ``send`` on exit.
     """
     settings = settings or WatchSettings()
@@ -205,7 +269,7 @@ async def list_watch(
                         api, resource, namespace, selectors, settings, send
                     )
                 except ApiError as error:
-                    await _failed(send, error, backoff, clock, "list", path)
+                    await _failed(send, error, backoff, clock, retry, "list", path)
                     continue
                 backoff.reset()
                 if not started:
@@ -231,13 +295,14 @@ async def list_watch(
                         if healthy:
                             log.info("watch %s: stream cut (%s), watching again", path, error)
                             continue
-                        await _failed(send, error, backoff, clock, "watch", path)
+                        await _failed(send, error, backoff, clock, retry, "watch", path)
                         continue
                     if state.lasted(clock, settings.healthy_stream):
                         backoff.reset()  # a routine end, bookmarks or not
                     elif state.lines == 0 and not state.quiet:
                         # The server closed an empty stream at once: do not spin on it.
-                        await clock.sleep(backoff.next_delay())
+                        ticket = retry.ticket() if retry is not None else 0
+                        await _pause(clock, backoff.next_delay(), retry, ticket, path)
                     elif state.events:
                         backoff.reset()
                     state.events = 0
@@ -250,15 +315,21 @@ async def _failed(
     error: ApiError,
     backoff: Backoff,
     clock: Clock,
+    retry: RetryNow | None,
     what: str,
     path: str,
 ) -> None:
+    ticket = retry.ticket() if retry is not None else 0
     delay = backoff.next_delay()
     if error.retry_after is not None:
-        delay = max(delay, error.retry_after)
+        # The server said when to come back (429/503 Retry-After, e.g. a kube-apiserver whose
+        # storage is still initialising): that pause, as client-go keeps it, neither stretched
+        # by our backoff nor shortened by the signal.
+        delay = error.retry_after
+        retry = None
     log.warning("%s %s failed (%s); retrying in %.1fs", what, path, error, delay)
     await send.send(Disconnected(str(error), error.status, delay))
-    await clock.sleep(delay)
+    await _pause(clock, delay, retry, ticket, path)
 
 
 async def _list(

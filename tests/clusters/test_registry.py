@@ -95,7 +95,9 @@ class Env:
 
 
 @asynccontextmanager
-async def environment(worker_names: tuple[str, ...] = ("w1", "w2")) -> AsyncIterator[Env]:
+async def environment(
+    worker_names: tuple[str, ...] = ("w1", "w2"), watch_settings: WatchSettings = FAST
+) -> AsyncIterator[Env]:
     from kubernetes_asyncio import config
 
     manager = FakeCluster("manager", resources=KUEUE_SHORT_FORMS)
@@ -118,7 +120,7 @@ async def environment(worker_names: tuple[str, ...] = ("w1", "w2")) -> AsyncIter
             registry = ClusterRegistry(
                 manager_api,
                 kueue_namespace=NS,
-                watch_settings=FAST,
+                watch_settings=watch_settings,
                 reconnect=BackoffPolicy(0.05, 2, 0.2),
                 on_change=on_change,
             )
@@ -294,3 +296,48 @@ async def test_worker_down_then_up() -> None:
         await env.wait(lambda: env.registry.workers["w1"].state.phase == "Disconnected")
         await worker.up()
         await env.wait(lambda: env.registry.workers["w1"].state.phase == "Connected")
+
+
+SLOW = WatchSettings(
+    server_timeout=30, inactivity_timeout=None, backoff=BackoffPolicy(3600.0, 2, 3600.0)
+)
+"""Watch backoff far beyond every deadline here: a stream that reconnects inside one was told to
+retry (dispatcher.k8s.watching item 5)."""
+
+
+@pytest.mark.parametrize(
+    ("kueue_active", "retries"),
+    [
+        pytest.param(True, 1, id="kueue-reports-active-the-streams-retry-now"),
+        pytest.param(False, 0, id="kueue-reports-inactive-nothing-retries"),
+    ],
+)
+async def test_kueue_reporting_a_worker_active_ends_our_backoff(
+    kueue_active: bool, retries: int
+) -> None:
+    """Our mirror of w1 lost every stream and waits an hour to retry; the worker is back. Kueue
+    reporting it ``Active`` makes the streams try at once (the CI run at 5c14628 nominated a
+    reconnected real worker 11 s after Kueue did); ``Active=False`` changes nothing."""
+    async with environment(("w1",), watch_settings=SLOW) as env:
+        worker = env.workers["w1"]
+        await env.put_secret(secret("s", worker.kubeconfig))
+        await env.create_mkc(mkc("w1", "s"))
+        await env.wait(
+            lambda: (
+                env.registry.workers.get("w1") is not None
+                and env.registry.workers["w1"].state.phase == "Connected"
+            )
+        )
+        mirror = env.registry.workers["w1"].mirror
+        assert mirror is not None
+        await worker.down()
+        await env.wait(lambda: env.registry.workers["w1"].state.phase == "Disconnected")
+        await worker.up()
+        seen = len(env.changes)
+        await env.set_active("w1", kueue_active)
+        await env.wait(lambda: ("", "multikueueclusters") in env.changes[seen:])
+        assert mirror.retry.fired == retries
+        if kueue_active:
+            await env.wait(lambda: env.registry.workers["w1"].state.phase == "Connected")
+        else:
+            assert env.registry.workers["w1"].state.phase == "Disconnected"

@@ -22,6 +22,7 @@ from dispatcher.k8s.watching import (
     Disconnected,
     Listed,
     ObjectCache,
+    RetryNow,
     Watching,
     WatchItem,
     WatchSettings,
@@ -264,6 +265,96 @@ async def test_list_failures_back_off_then_recover(cluster: FakeCluster, api: Ku
     delays = [i.retry_in for i in mirror.items if isinstance(i, Disconnected)]
     assert delays == [0.05, 0.1, 0.2]
     assert {i.status for i in mirror.items if isinstance(i, Disconnected)} == {503}
+
+
+SLOW = WatchSettings(
+    server_timeout=30,
+    inactivity_timeout=5.0,
+    backoff=BackoffPolicy(initial=3600.0, factor=2.0, maximum=3600.0),
+)
+"""A backoff far beyond every deadline here: a stream that tries again inside one was told to."""
+
+
+async def test_retry_now_ends_each_backoff_pause_early(cluster: FakeCluster, api: KubeApi) -> None:
+    """Two failed lists, each followed by an hour's pause that the signal ends (watching.py
+    item 5); without it the stream would not list inside the deadline."""
+    fault = cluster.faults.error(503, verbs=("list",), count=2)
+    retry = RetryNow()
+    mirror = Mirror()
+    send, receive = anyio.create_memory_object_stream[WatchItem](100)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(mirror.consume, receive)
+        tg.start_soon(
+            functools.partial(list_watch, api, WORKLOADS, send, settings=SLOW, retry=retry)
+        )
+        for failures in (1, 2):
+            await mirror.wait_for(
+                lambda n=failures: sum(isinstance(i, Disconnected) for i in mirror.items) == n
+            )
+            retry.fire()
+        await mirror.wait_for(lambda: mirror.cache.synced)
+        tg.cancel_scope.cancel()
+    assert (fault.fired, retry.fired) == (2, 2)
+    assert [i.retry_in for i in mirror.items if isinstance(i, Disconnected)] == [3600.0, 3600.0]
+
+
+async def test_retry_after_is_waited_as_the_server_says(cluster: FakeCluster, api: KubeApi) -> None:
+    """A 429 with ``Retry-After: 1`` (kube-apiserver while its storage initialises) is retried
+    after 1 s, not after the stream's grown backoff."""
+    cluster.faults.error(429, verbs=("list",), count=1, retry_after=1)
+    mirror = Mirror()
+    send, receive = anyio.create_memory_object_stream[WatchItem](100)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(mirror.consume, receive)
+        tg.start_soon(functools.partial(list_watch, api, WORKLOADS, send, settings=SLOW))
+        await mirror.wait_for(lambda: mirror.cache.synced)
+        tg.cancel_scope.cancel()
+    assert [(i.status, i.retry_in) for i in mirror.items if isinstance(i, Disconnected)] == [
+        (429, 1.0)
+    ]
+
+
+class NeverClock:
+    """A clock whose sleeps end only when cancelled."""
+
+    def monotonic(self) -> float:
+        return 0.0
+
+    def utcnow(self) -> Any:
+        raise NotImplementedError
+
+    async def sleep(self, seconds: float) -> None:
+        await anyio.Event().wait()
+
+
+class InstantClock(NeverClock):
+    """A clock whose sleeps end at once."""
+
+    async def sleep(self, seconds: float) -> None:
+        await anyio.lowlevel.checkpoint()
+
+
+RETRY_TICKETS = [
+    pytest.param("fire-after-ticket", NeverClock(), True, id="fired-after-the-failure-ends-it"),
+    pytest.param("fire-before-ticket", InstantClock(), False, id="fired-before-the-failure-not"),
+    pytest.param("no-fire", InstantClock(), False, id="not-fired-waits-the-delay"),
+]
+
+
+@pytest.mark.parametrize(("when", "clock", "cut_short"), RETRY_TICKETS)
+async def test_retry_now_counts_fires_after_the_ticket(
+    when: str, clock: NeverClock, cut_short: bool
+) -> None:
+    """A fire between a stream's failure and the start of its pause still ends the pause;
+    one from before the failure does not."""
+    retry = RetryNow()
+    if when == "fire-before-ticket":
+        retry.fire()
+    ticket = retry.ticket()
+    if when == "fire-after-ticket":
+        retry.fire()
+    with anyio.fail_after(DEADLINE):
+        assert await retry.pause(clock, 3600.0, ticket) is cut_short
 
 
 async def test_one_namespace_and_cluster_scoped_kinds(cluster: FakeCluster, api: KubeApi) -> None:
