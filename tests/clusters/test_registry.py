@@ -281,17 +281,23 @@ async def test_secret_rotation_reconnects_and_deletion_stops() -> None:
         await env.wait(lambda: "w1" not in env.registry.workers)
 
 
+async def connect_w1(env: Env) -> FakeCluster:
+    """Add worker w1 (its Secret and MultiKueueCluster) and wait until it is Connected."""
+    worker = env.workers["w1"]
+    await env.put_secret(secret("s", worker.kubeconfig))
+    await env.create_mkc(mkc("w1", "s"))
+    await env.wait(
+        lambda: (
+            env.registry.workers.get("w1") is not None
+            and env.registry.workers["w1"].state.phase == "Connected"
+        )
+    )
+    return worker
+
+
 async def test_worker_down_then_up() -> None:
     async with environment(("w1",)) as env:
-        worker = env.workers["w1"]
-        await env.put_secret(secret("s", worker.kubeconfig))
-        await env.create_mkc(mkc("w1", "s"))
-        await env.wait(
-            lambda: (
-                env.registry.workers.get("w1") is not None
-                and env.registry.workers["w1"].state.phase == "Connected"
-            )
-        )
+        worker = await connect_w1(env)
         await worker.down()
         await env.wait(lambda: env.registry.workers["w1"].state.phase == "Disconnected")
         await worker.up()
@@ -316,18 +322,11 @@ async def test_kueue_reporting_a_worker_active_ends_our_backoff(
     kueue_active: bool, retries: int
 ) -> None:
     """Our mirror of w1 lost every stream and waits an hour to retry; the worker is back. Kueue
-    reporting it ``Active`` makes the streams try at once (the CI run at 5c14628 nominated a
-    reconnected real worker 11 s after Kueue did); ``Active=False`` changes nothing."""
+    reporting it ``Active`` makes the streams try at once (in the CI run at b7c89ad a
+    reconnected real worker was nominated 11 s after Kueue reported it Active);
+    ``Active=False`` changes nothing."""
     async with environment(("w1",), watch_settings=SLOW) as env:
-        worker = env.workers["w1"]
-        await env.put_secret(secret("s", worker.kubeconfig))
-        await env.create_mkc(mkc("w1", "s"))
-        await env.wait(
-            lambda: (
-                env.registry.workers.get("w1") is not None
-                and env.registry.workers["w1"].state.phase == "Connected"
-            )
-        )
+        worker = await connect_w1(env)
         mirror = env.registry.workers["w1"].mirror
         assert mirror is not None
         await worker.down()
