@@ -90,6 +90,21 @@ async def mirrored(
         tg.cancel_scope.cancel()
 
 
+@asynccontextmanager
+async def following(api: KubeApi, settings: WatchSettings, **options: Any) -> AsyncIterator[Mirror]:
+    """The loop run into a :class:`Mirror` without waiting for its first list (which may fail);
+    cancelled on exit."""
+    mirror = Mirror()
+    send, receive = anyio.create_memory_object_stream[WatchItem](100)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(mirror.consume, receive)
+        tg.start_soon(
+            functools.partial(list_watch, api, WORKLOADS, send, settings=settings, **options)
+        )
+        yield mirror
+        tg.cancel_scope.cancel()
+
+
 def workload(name: str, labels: dict[str, str] | None = None, **spec: Any) -> Obj:
     return {
         "apiVersion": WORKLOADS.api_version,
@@ -254,13 +269,8 @@ async def test_every_request_has_both_timeouts(cluster: FakeCluster, api: KubeAp
 
 async def test_list_failures_back_off_then_recover(cluster: FakeCluster, api: KubeApi) -> None:
     fault = cluster.faults.error(503, verbs=("list",), count=3)
-    mirror = Mirror()
-    send, receive = anyio.create_memory_object_stream[WatchItem](100)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(mirror.consume, receive)
-        tg.start_soon(functools.partial(list_watch, api, WORKLOADS, send, settings=FAST))
+    async with following(api, FAST) as mirror:
         await mirror.wait_for(lambda: mirror.cache.synced)
-        tg.cancel_scope.cancel()
     assert fault.fired == 3
     delays = [i.retry_in for i in mirror.items if isinstance(i, Disconnected)]
     assert delays == [0.05, 0.1, 0.2]
@@ -280,20 +290,13 @@ async def test_retry_now_ends_each_backoff_pause_early(cluster: FakeCluster, api
     item 5); without it the stream would not list inside the deadline."""
     fault = cluster.faults.error(503, verbs=("list",), count=2)
     retry = RetryNow()
-    mirror = Mirror()
-    send, receive = anyio.create_memory_object_stream[WatchItem](100)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(mirror.consume, receive)
-        tg.start_soon(
-            functools.partial(list_watch, api, WORKLOADS, send, settings=SLOW, retry=retry)
-        )
+    async with following(api, SLOW, retry=retry) as mirror:
         for failures in (1, 2):
             await mirror.wait_for(
                 lambda n=failures: sum(isinstance(i, Disconnected) for i in mirror.items) == n
             )
             retry.fire()
         await mirror.wait_for(lambda: mirror.cache.synced)
-        tg.cancel_scope.cancel()
     assert (fault.fired, retry.fired) == (2, 2)
     assert [i.retry_in for i in mirror.items if isinstance(i, Disconnected)] == [3600.0, 3600.0]
 
@@ -302,13 +305,8 @@ async def test_retry_after_is_waited_as_the_server_says(cluster: FakeCluster, ap
     """A 429 with ``Retry-After: 1`` (kube-apiserver while its storage initialises) is retried
     after 1 s, not after the stream's grown backoff."""
     cluster.faults.error(429, verbs=("list",), count=1, retry_after=1)
-    mirror = Mirror()
-    send, receive = anyio.create_memory_object_stream[WatchItem](100)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(mirror.consume, receive)
-        tg.start_soon(functools.partial(list_watch, api, WORKLOADS, send, settings=SLOW))
+    async with following(api, SLOW) as mirror:
         await mirror.wait_for(lambda: mirror.cache.synced)
-        tg.cancel_scope.cancel()
     assert [(i.status, i.retry_in) for i in mirror.items if isinstance(i, Disconnected)] == [
         (429, 1.0)
     ]
