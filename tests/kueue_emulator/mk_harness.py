@@ -343,6 +343,21 @@ class Env:
 
         await eventually(idle, what="an idle workload controller")
 
+    async def remote_seen(self, name: str, workers: Iterable[str]) -> None:
+        """Wait until Kueue's remote informers of ``workers`` hold the copy of ``name``: its
+        ADDED event was delivered, so the reconcile it queues (C20, after the batch period) is
+        one :meth:`settle` then waits for. ``wait_copies`` reads the workers' API servers, which
+        can be ahead of those informers under load."""
+        wanted = list(workers)
+
+        async def probe() -> bool:
+            remotes = self.controllers.clusters.remotes
+            return all(
+                w in remotes and remotes[w].workloads.get(name, NS) is not None for w in wanted
+            )
+
+        await eventually(probe, what=f"Kueue's informers of {wanted} to hold the copy of {name}")
+
     async def seen(self, name: str, resource_version: str) -> None:
         """Wait until the manager informer has seen at least that version of a Workload."""
         conn = self.conn

@@ -146,6 +146,10 @@ async def test_s63_c20_only_connected_clusters_nominated() -> None:
         await env.reserve_quota("wl")
         await _wait_nominated(env, "wl", ["worker1", "worker3"])
         await env.wait_copies("wl", ["worker1", "worker3"])
+        # The copies' events reconcile the Workload once more (C20); under load they can still
+        # be in flight here, and a reconcile after worker2 is back would nominate it.
+        await env.remote_seen("wl", ["worker1", "worker3"])
+        await env.settle()
         await env.workers["worker2"].up()
         await env.wait_condition("multikueueclusters", "worker2", "True", "Active")
         # C20: Kueue's workload reconciler does not watch MultiKueueClusters, and worker2 holds
