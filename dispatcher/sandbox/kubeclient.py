@@ -81,6 +81,7 @@ WORKLOAD_PRIORITY_CLASSES = Resource(KUEUE, "v1beta2", "workloadpriorityclasses"
 COHORTS = Resource(KUEUE, "v1beta2", "cohorts", namespaced=False)
 JOBS = Resource("batch", "v1", "jobs")
 SECRETS = Resource("", "v1", "secrets")
+CONFIGMAPS = Resource("", "v1", "configmaps")
 NAMESPACES = Resource("", "v1", "namespaces", namespaced=False)
 NODES = Resource("", "v1", "nodes", namespaced=False)
 EVENTS = Resource("", "v1", "events")

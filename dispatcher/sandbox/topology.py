@@ -52,6 +52,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from dispatcher.kueue.quantities import QuantityError, format_quantity, parse_quantity
+from dispatcher.sandbox.jobrun import HOLD_ANNOTATION, RUN_SECONDS_ANNOTATION
 from dispatcher.sandbox.kubeclient import (
     ADMISSION_CHECKS,
     CLUSTER_QUEUES,
@@ -72,6 +73,7 @@ from dispatcher.sandbox.kubeclient import (
 __all__ = [
     "DEFAULT_TOPOLOGY",
     "GPU_PRODUCT_LABEL",
+    "HOLD_ANNOTATION",
     "KUEUE_NAMESPACE",
     "MULTIKUEUE_MANAGED_BY",
     "PREFERRED_GPU_TYPES_ANNOTATION",
@@ -107,7 +109,6 @@ SECRET_KEY = "kubeconfig"  # C10: MultiKueueConfigSecretKey
 SANDBOX_FIELD_MANAGER = "multikueue-dispatcher-sandbox"
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 WORKLOAD_PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
-RUN_SECONDS_ANNOTATION = "sandbox.multikueue-dispatcher.io/run-seconds"
 PREFERRED_GPU_TYPES_ANNOTATION = "multikueue-dispatcher.io/preferred-gpu-types"
 DEFAULT_TOPOLOGY = "default"
 MAX_MULTIKUEUE_CLUSTERS = 20  # C9
@@ -779,7 +780,8 @@ class WorkloadLine(_Model):
     ``multikueue-dispatcher.io/preferred-gpu-types``). ``priorityClass`` names a
     WorkloadPriorityClass (``priority`` gives a Workload's value when no topology is at hand).
     ``runSeconds``: how long it runs once admitted on a worker (sandbox annotation; absent: until
-    deleted).
+    deleted). ``holdUntilConfigMap``: it does not finish before a ConfigMap of that name exists
+    in its namespace on the cluster where it runs (:mod:`dispatcher.sandbox.jobrun`).
     """
 
     kind: Literal["Job", "Workload"] = "Job"
@@ -794,6 +796,7 @@ class WorkloadLine(_Model):
     priority_class: Name | None = None
     priority: int | None = None
     run_seconds: float | None = Field(default=None, ge=0)
+    hold_until_config_map: Name | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
 
@@ -874,6 +877,8 @@ def workload_object(line: WorkloadLine, topology: Topology | None = None) -> Obj
     annotations = dict(line.annotations)
     if line.run_seconds is not None:
         annotations[RUN_SECONDS_ANNOTATION] = format(line.run_seconds, "g")
+    if line.hold_until_config_map is not None:
+        annotations[HOLD_ANNOTATION] = line.hold_until_config_map
     if line.preferred_gpu_types:
         annotations[PREFERRED_GPU_TYPES_ANNOTATION] = ",".join(line.preferred_gpu_types)
     meta: Obj = {"name": line.name, "namespace": line.namespace}

@@ -17,6 +17,8 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
+from dispatcher.sandbox.jobrun import RUN_SECONDS_ANNOTATION
+
 Obj = dict[str, Any]
 Quantity = str | int
 
@@ -28,7 +30,6 @@ GPU_PRODUCT = "nvidia.com/gpu.product"
 A100 = "NVIDIA-A100-SXM4-80GB"
 H100 = "NVIDIA-H100-80GB-HBM3"
 MULTIKUEUE_CONTROLLER = "kueue.x-k8s.io/multikueue"
-RUN_SECONDS_ANNOTATION = "sandbox.multikueue-dispatcher.io/run-seconds"
 
 # kind -> (plural, namespaced)
 KINDS: dict[str, tuple[str, bool]] = {

@@ -14,7 +14,9 @@ from typing import Any
 from kubernetes_asyncio import client
 from mk_harness import CHECK, DISPATCHER, NS, Env, check_state, eventually, get_cond, start_env
 
-from dispatcher.sandbox.kueue.core import RUN_SECONDS_ANNOTATION
+from dispatcher.sandbox.jobrun import HOLD_ANNOTATION, RUN_SECONDS_ANNOTATION
+from dispatcher.sandbox.kubeclient import CONFIGMAPS
+from dispatcher.sandbox.kueue.core.workload_controller import HOLD_POLL_SECONDS
 from dispatcher.sandbox.kueue.jobs import workload_name_for_job
 from dispatcher.sandbox.kueue.multikueue import ADMITTED_TOTAL, DISPATCHED_TOTAL
 from dispatcher.sandbox.kueue.runtime import ALL_AT_ONCE, INCREMENTAL
@@ -32,8 +34,12 @@ def _on(cluster: str) -> Any:
     return lambda o: (o.get("status") or {}).get("clusterName") == cluster
 
 
-async def _submit(env: Env, name: str, *, cpu: str = "1", run_seconds: float | None = None) -> None:
+async def _submit(
+    env: Env, name: str, *, cpu: str = "1", run_seconds: float | None = None, hold: str = ""
+) -> None:
     body_annotations = {RUN_SECONDS_ANNOTATION: str(run_seconds)} if run_seconds else None
+    if body_annotations and hold:
+        body_annotations[HOLD_ANNOTATION] = hold
     await env.create_workload(name, cpu=cpu)
     if body_annotations:
         await env.objects().patch_namespaced_custom_object(
@@ -66,6 +72,53 @@ async def test_s5_e2e_external_dispatch_admit_run_finish() -> None:
         await env.wait_copies("wl", [])  # S11
         assert env.controllers.counters.get(ADMITTED_TOTAL) == 1
         assert env.controllers.counters.get(DISPATCHED_TOTAL) == 1
+
+
+async def test_a_held_copy_finishes_only_once_its_config_map_exists() -> None:
+    # The test world's hold (dispatcher.sandbox.jobrun): the worker looks for the ConfigMap once
+    # the run time is over, and again on every poll; the copy finishes on the first poll after
+    # the ConfigMap was created.
+    async with start_env(core=True, policy_hook=True) as env:
+        worker = env.worker_cores["worker2"].conn.client
+        looked: list[str] = []
+        real_get = worker.get
+
+        async def get(resource: Any, name: str, namespace: str | None = None) -> Any:
+            if resource == CONFIGMAPS:
+                looked.append(name)
+            return await real_get(resource, name, namespace)
+
+        worker.get = get  # type: ignore[method-assign]
+        await _submit(env, "wl", run_seconds=30, hold="go")
+        await env.wait_workload("wl", _check("Pending"))
+        await env.nominate("wl", ["worker2"], field_manager=DISPATCHER)
+        await env.wait_workload("wl", _true("Admitted"))
+        assert looked == []  # not before its run time is over
+        env.clock.advance(30)
+
+        async def looked_twice() -> bool:
+            # Each poll moves the clock on by one hold poll (the next timer may not be set yet).
+            env.clock.advance(HOLD_POLL_SECONDS)
+            return len(looked) >= 2
+
+        await eventually(looked_twice, what="two looks for the hold")
+        # The first look's reconcile ended before the second began (one loop): it did not finish.
+        copy = await env.get("wl", "worker2")
+        assert copy is not None
+        assert not _true("Finished")(copy), "finished while held"
+        assert looked[:2] == ["go", "go"]
+        await client.CoreV1Api(env.worker_apis["worker2"]).create_namespaced_config_map(
+            NS, {"metadata": {"name": "go", "namespace": NS}}
+        )
+
+        async def finished() -> bool:
+            env.clock.advance(HOLD_POLL_SECONDS)
+            return _true("Finished")(await env.get("wl") or {})
+
+        await eventually(finished, what="the manager Workload Finished once released")
+        local = await env.get("wl")
+        assert local is not None
+        assert (get_cond(local, "Finished") or {})["reason"] == "Succeeded"
 
 
 async def test_s6_c38_e2e_worker_preemption_reopens_dispatch() -> None:

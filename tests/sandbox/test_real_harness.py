@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from dispatcher.sandbox.jobrun import HOLD_ANNOTATION, RUN_SECONDS_ANNOTATION, hold_of
 from dispatcher.sandbox.real.build import (
     COMPONENTS,
     BuildError,
@@ -27,7 +28,6 @@ from dispatcher.sandbox.real.plane import (
     kueue_configuration,
     port_range,
 )
-from dispatcher.sandbox.topology import RUN_SECONDS_ANNOTATION
 
 NOW = datetime.datetime(2026, 12, 1, 12, 0, 0, tzinfo=datetime.UTC)
 
@@ -190,6 +190,53 @@ def test_job_controller_stand_in(
     job: dict[str, Any], patched: dict[str, Any] | None, again: float | None
 ) -> None:
     patch, wait = next_status(job, NOW, time_scale=1.0)
+    if patched is None:
+        assert patch is None
+    else:
+        assert patch is not None
+        assert {k: patch[k] for k in patched} == patched
+    assert wait == again
+
+
+@pytest.mark.parametrize(
+    ("job", "released", "patched", "again"),
+    [
+        pytest.param(
+            _job(suspend=False, run_seconds="30"),
+            False,
+            {"active": 2, "ready": 2},
+            30.0,
+            id="held-still-starts",
+        ),
+        pytest.param(
+            _job(suspend=False, status=RUNNING, run_seconds="5"),
+            False,
+            None,
+            None,
+            id="held-past-its-run-time-does-not-finish",
+        ),
+        pytest.param(
+            _job(suspend=False, status=RUNNING, run_seconds="5"),
+            True,
+            {"succeeded": 2, "active": 0},
+            None,
+            id="released-finishes-on-its-run-time",
+        ),
+        pytest.param(
+            _job(suspend=False, status=RUNNING, run_seconds="30"),
+            True,
+            None,
+            20.0,
+            id="released-before-its-run-time-runs-on",
+        ),
+    ],
+)
+def test_a_held_job_finishes_only_once_released(
+    job: dict[str, Any], released: bool, patched: dict[str, Any] | None, again: float | None
+) -> None:
+    job["metadata"]["annotations"][HOLD_ANNOTATION] = "release-me"
+    assert hold_of(job) == "release-me"
+    patch, wait = next_status(job, NOW, time_scale=1.0, released=released)
     if patched is None:
         assert patch is None
     else:

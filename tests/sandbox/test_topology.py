@@ -26,6 +26,7 @@ from dispatcher.sandbox.fakeapi import FakeCluster
 from dispatcher.sandbox.kubeclient import KubeClient
 from dispatcher.sandbox.topology import (
     GPU_PRODUCT_LABEL,
+    HOLD_ANNOTATION,
     PREFERRED_GPU_TYPES_ANNOTATION,
     RUN_SECONDS_ANNOTATION,
     TopologyError,
@@ -392,7 +393,7 @@ def test_c12_c71_workload_lines_become_jobs_and_workloads() -> None:
             '{"name": "train", "namespace": "team-a", "queue": "user-queue", "count": 4,'
             ' "requests": {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": 1},'
             ' "preferredGpuTypes": ["' + H100 + '", "' + A100 + '"], "priorityClass": "low",'
-            ' "runSeconds": 90}',
+            ' "runSeconds": 90, "holdUntilConfigMap": "go"}',
             '{"kind": "Workload", "name": "infer", "gpuType": "' + A100 + '", "priority": 7,'
             ' "podSets": [{"name": "a", "count": 1}, {"name": "b", "count": 3}]}',
         ]
@@ -405,6 +406,7 @@ def test_c12_c71_workload_lines_become_jobs_and_workloads() -> None:
     }
     assert job["metadata"]["annotations"] == {
         RUN_SECONDS_ANNOTATION: "90",
+        HOLD_ANNOTATION: "go",
         PREFERRED_GPU_TYPES_ANNOTATION: f"{H100},{A100}",
     }
     assert job["spec"]["suspend"] is True

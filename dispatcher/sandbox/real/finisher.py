@@ -12,7 +12,9 @@ created, on the manager none):
 - after the seconds of the ``sandbox.multikueue-dispatcher.io/run-seconds`` annotation (divided
   by ``time_scale``) from ``startTime``: ``succeeded``, ``completionTime`` and the conditions
   ``SuccessCriteriaMet`` then ``Complete`` (the API server refuses ``Complete`` without the
-  other). Jobs without the annotation run until deleted.
+  other). Jobs without the annotation run until deleted. A Job with the hold annotation
+  (:mod:`dispatcher.sandbox.jobrun`) does not finish before its ConfigMap exists on the cluster
+  (the finisher watches ConfigMaps, so the release is a change like any other).
 
 Only the Job status is written (``jobs/status``, field manager ``job-controller``); everything
 after it — the Workload ``Finished``, MultiKueue copying the status to the manager, removing the
@@ -32,8 +34,8 @@ import aiohttp
 import anyio
 import anyio.abc
 
-from dispatcher.sandbox.kubeclient import JOBS, Informer, KubeClient, KubeError
-from dispatcher.sandbox.topology import RUN_SECONDS_ANNOTATION
+from dispatcher.sandbox.jobrun import RUN_SECONDS_ANNOTATION, hold_of
+from dispatcher.sandbox.kubeclient import CONFIGMAPS, JOBS, Informer, KubeClient, KubeError
 
 log = logging.getLogger(__name__)
 
@@ -113,10 +115,11 @@ def run_seconds(job: Mapping[str, Any], time_scale: float) -> float | None:
 
 
 def next_status(
-    job: Mapping[str, Any], now: datetime.datetime, time_scale: float
+    job: Mapping[str, Any], now: datetime.datetime, time_scale: float, *, released: bool = True
 ) -> tuple[Obj | None, float | None]:
     """The status patch the Job controller would write now (None: nothing), and in how many
-    seconds to look again (None: only on the next change)."""
+    seconds to look again (None: only on the next change). ``released``: whether the Job's hold
+    (if it has one) is released; a held Job runs on but does not finish."""
     if not runs_here(job) or finished(job):
         return None, None
     spec = job.get("spec") or {}
@@ -139,7 +142,7 @@ def next_status(
             patch["conditions"] = _with(status, "Suspended", "False", "JobResumed", "Job resumed")
         return patch, run_seconds(job, time_scale)
     seconds = run_seconds(job, time_scale)
-    if seconds is None:
+    if seconds is None or not released:
         return None, None
     left = seconds - (now - _parse(started)).total_seconds()
     if left > 0:
@@ -169,6 +172,7 @@ class JobFinisher:
         self.client = KubeClient(kubeconfig, user_agent="mkd-real-job-controller")
         self._dirty = anyio.Event()
         self.informer = Informer(self.client, JOBS, self._changed)
+        self.config_maps = Informer(self.client, CONFIGMAPS, self._changed)
         self._due: dict[tuple[str, str], float] = {}
         self.writes = 0
 
@@ -179,7 +183,11 @@ class JobFinisher:
         now = datetime.datetime.now(datetime.UTC)
         soonest: float | None = None
         for job in self.informer.values():
-            patch, again = next_status(job, now, self.time_scale)
+            hold = hold_of(job)
+            released = hold is None or (
+                self.config_maps.get(hold, job["metadata"]["namespace"]) is not None
+            )
+            patch, again = next_status(job, now, self.time_scale, released=released)
             if patch is not None:
                 meta = job["metadata"]
                 try:
@@ -224,7 +232,9 @@ class JobFinisher:
         try:
             async with anyio.create_task_group() as group:
                 group.start_soon(self.informer.run)
+                group.start_soon(self.config_maps.run)
                 await self.informer.synced.wait()
+                await self.config_maps.synced.wait()
                 task_status.started()
                 while True:
                     self._dirty = anyio.Event()

@@ -88,6 +88,7 @@ from __future__ import annotations
 
 import datetime
 
+from dispatcher.sandbox.jobrun import RUN_SECONDS_ANNOTATION
 from dispatcher.sandbox.kueue.core.cache import uid_of
 from dispatcher.sandbox.kueue.core.queue_controllers import QueueStatusReconciler
 from dispatcher.sandbox.kueue.core.scheduler import JOB_UID_LABEL, Scheduler
@@ -97,10 +98,7 @@ from dispatcher.sandbox.kueue.core.workload import (
     release_after_eviction,
     sync_admitted_condition,
 )
-from dispatcher.sandbox.kueue.core.workload_controller import (
-    RUN_SECONDS_ANNOTATION,
-    WorkloadReconciler,
-)
+from dispatcher.sandbox.kueue.core.workload_controller import WorkloadReconciler
 from dispatcher.sandbox.kueue.runtime import is_true
 
 __all__ = [

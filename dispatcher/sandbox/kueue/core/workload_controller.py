@@ -11,7 +11,9 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from dispatcher.sandbox.jobrun import RUN_SECONDS_ANNOTATION, hold_of
 from dispatcher.sandbox.kubeclient import (
+    CONFIGMAPS,
     WORKLOADS,
     KubeError,
 )
@@ -52,8 +54,8 @@ from dispatcher.sandbox.kueue.runtime import (
 
 log = logging.getLogger(__name__)
 
-RUN_SECONDS_ANNOTATION = "sandbox.multikueue-dispatcher.io/run-seconds"
-"""How long an admitted workload "runs" on a worker (float seconds; absent: until deleted)."""
+HOLD_POLL_SECONDS = 0.5
+"""How often (clock seconds) a held workload whose run time is over looks for its ConfigMap."""
 
 
 class WorkloadReconciler(WorkloadStatusWriter):
@@ -251,7 +253,10 @@ class WorkloadReconciler(WorkloadStatusWriter):
         return None
 
     async def _run(self, wl: Obj) -> float | None:
-        """A worker "runs" an admitted workload, then finishes it (``Finished``/``Succeeded``)."""
+        """A worker "runs" an admitted workload, then finishes it (``Finished``/``Succeeded``);
+        once its run time is over, a held one (:mod:`dispatcher.sandbox.jobrun`) finishes only
+        when the ConfigMap of its hold exists, looked for every :data:`HOLD_POLL_SECONDS` of the
+        clock."""
         text = ((wl.get("metadata") or {}).get("annotations") or {}).get(RUN_SECONDS_ANNOTATION)
         if text is None:
             return None
@@ -266,6 +271,11 @@ class WorkloadReconciler(WorkloadStatusWriter):
             remaining = seconds - self._elapsed(since)
             if remaining > 0:
                 return remaining
+        hold = hold_of(wl)
+        if hold is not None:
+            namespace = str(wl["metadata"].get("namespace", ""))
+            if await self.conn.client.get(CONFIGMAPS, hold, namespace) is None:
+                return HOLD_POLL_SECONDS
         status = self._status(wl)
         set_condition(
             status, "Finished", True, "Succeeded", "Job finished successfully", self.clock

@@ -13,12 +13,12 @@ The package follows Kueue v0.19.2's ``pkg/controller/jobs/job/``:
 
 from __future__ import annotations
 
+from dispatcher.sandbox.jobrun import RUN_SECONDS_ANNOTATION
 from dispatcher.sandbox.kueue.jobs.job_controller import (
     JOB_CONTROLLER_NAME,
     JOB_UID_LABEL,
     MULTIKUEUE_MANAGED_BY,
     RESOURCE_IN_USE_FINALIZER,
-    RUN_SECONDS_ANNOTATION,
     WORKLOAD_PRIORITY_CLASS_LABEL,
     JobReconciler,
     job_pod_sets,

@@ -81,6 +81,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from dispatcher.sandbox.jobrun import RUN_ANNOTATIONS
 from dispatcher.sandbox.kubeclient import (
     JOBS,
     RESOURCE_FLAVORS,
@@ -116,7 +117,6 @@ MAX_EXEC_TIME_LABEL = "kueue.x-k8s.io/max-exec-time-seconds"
 RESOURCE_IN_USE_FINALIZER = "kueue.x-k8s.io/resource-in-use"
 MULTIKUEUE_MANAGED_BY = "kueue.x-k8s.io/multikueue"
 BUILTIN_JOB_CONTROLLER = "kubernetes.io/job-controller"
-RUN_SECONDS_ANNOTATION = "sandbox.multikueue-dispatcher.io/run-seconds"
 # Kueue's constants.JobControllerName: UpdateStatus applies as "<this>-<condition type>".
 JOB_CONTROLLER_NAME = "kueue-job-controller"
 # The Kubernetes Job controller's field manager (for the status it would write).
@@ -214,9 +214,12 @@ def workload_for_job(
         "finalizers": [RESOURCE_IN_USE_FINALIZER],
         "ownerReferences": [_owner_reference(job)],
     }
-    run_seconds = (meta.get("annotations") or {}).get(RUN_SECONDS_ANNOTATION)
-    if run_seconds is not None:
-        wl_meta["annotations"] = {RUN_SECONDS_ANNOTATION: run_seconds}
+    # The sandbox's run annotations (dispatcher.sandbox.jobrun), for the emulated worker that
+    # finishes the Workload; real Kueue copies no Job annotation.
+    job_annotations = meta.get("annotations") or {}
+    run = {k: job_annotations[k] for k in RUN_ANNOTATIONS if job_annotations.get(k) is not None}
+    if run:
+        wl_meta["annotations"] = run
     spec: Obj = {
         "queueName": labels.get(QUEUE_NAME_LABEL, ""),
         "podSets": job_pod_sets(job),
