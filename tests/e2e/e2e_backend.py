@@ -86,6 +86,11 @@ class Backend(Protocol):
     async def delete_job(self, name: str, worker: str | None = None) -> None:
         """Delete a Job on the manager (or on ``worker``), with its pods."""
 
+    async def release_hold(self, worker: str, name: str) -> None:
+        """Create the ConfigMap ``name`` on ``worker``: its Jobs held on it
+        (``holdUntilConfigMap``, ``dispatcher.sandbox.jobrun``) may finish from now on.
+        :meth:`reset` deletes it again."""
+
     async def wait_workload(
         self, job: str, predicate: Callable[[Obj], bool], what: str, within: float | None = None
     ) -> Obj:
@@ -340,6 +345,7 @@ class KubeBackend:
         self.history: dict[str, History] = {}
         self._changed = anyio.Event()
         self._scope: anyio.CancelScope | None = None
+        self._holds: set[tuple[str, str]] = set()
 
     # --- connecting ---------------------------------------------------------------------------
 
@@ -497,6 +503,25 @@ class KubeBackend:
         with contextlib.suppress(ApiException):
             await api.delete_namespaced_job(name, NAMESPACE, propagation_policy="Background")
 
+    async def release_hold(self, worker: str, name: str) -> None:
+        body = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            # On kind the held pod waits for this key in its (optional) ConfigMap volume.
+            "data": {"released": "true"},
+        }
+        await client.CoreV1Api(self.apis[worker]).create_namespaced_config_map(NAMESPACE, body)
+        self._holds.add((worker, name))
+
+    async def _drop_holds(self) -> None:
+        for worker, name in sorted(self._holds):
+            with contextlib.suppress(ApiException):
+                await client.CoreV1Api(self.apis[worker]).delete_namespaced_config_map(
+                    name, NAMESPACE
+                )
+        self._holds.clear()
+
     async def lease_holder(self, namespace: str, name: str, identities: set[str]) -> str:
         """Wait until one of ``identities`` holds the Lease; returns it."""
 
@@ -612,6 +637,7 @@ class KubeBackend:
             )
 
         await self.wait_for(clean, "every Job and Workload deleted", self.timeouts.long)
+        await self._drop_holds()
 
     # --- direct controls of one cluster (tests/e2e/test_fidelity_worker.py, issue 14) ---------
 

@@ -32,12 +32,13 @@ import yaml
 from e2e_backend import WORKERS, KubeBackend, KueueMode, Obj, Timeouts
 from kubernetes_asyncio import client
 
-from dispatcher.sandbox.topology import RUN_SECONDS_ANNOTATION, WorkloadLine
+from dispatcher.sandbox.topology import HOLD_ANNOTATION, RUN_SECONDS_ANNOTATION, WorkloadLine
 
 ROOT = Path(__file__).resolve().parents[2]
 DISPATCHER_NAMESPACE = "multikueue-dispatcher-system"
 DISPATCHER_DEPLOYMENT = "multikueue-dispatcher"
 DISPATCHER_REPLICAS = 2
+HOLD_MOUNT = "/hold"
 DISPATCHER_LEASE = "multikueue-dispatcher"
 DISPATCHER_POD_SELECTOR = "app.kubernetes.io/name=multikueue-dispatcher"
 KUEUE_NAMESPACE = "kueue-system"
@@ -123,11 +124,33 @@ class KindBackend(KubeBackend):
 
     def job_body(self, job: WorkloadLine) -> Obj:
         """Real pods: a Job with ``runSeconds`` completes (agnhost ``entrypoint-tester`` exits at
-        once); others run ``agnhost pause`` until deleted."""
+        once); others run ``agnhost pause`` until deleted. A held Job
+        (``holdUntilConfigMap``) runs a shell loop in the agnhost image (busybox-based) until
+        its ConfigMap, mounted as an optional volume, holds the key ``released``
+        (:meth:`~e2e_backend.KubeBackend.release_hold`; the kubelet refreshes the volume within
+        its sync period, about a minute)."""
         body = super().job_body(job)
+        annotations = body["metadata"].get("annotations") or {}
         if job.run_seconds is not None:
-            (body["metadata"].get("annotations") or {}).pop(RUN_SECONDS_ANNOTATION, None)
+            annotations.pop(RUN_SECONDS_ANNOTATION, None)
             body["spec"]["template"]["spec"]["containers"][0]["args"] = ["entrypoint-tester"]
+        if job.hold_until_config_map is not None:
+            annotations.pop(HOLD_ANNOTATION, None)
+            pod = body["spec"]["template"]["spec"]
+            container = pod["containers"][0]
+            container.pop("args", None)
+            container["command"] = [
+                "/bin/sh",
+                "-c",
+                f"until [ -e {HOLD_MOUNT}/released ]; do sleep 1; done",
+            ]
+            container["volumeMounts"] = [{"name": "hold", "mountPath": HOLD_MOUNT}]
+            pod["volumes"] = [
+                {
+                    "name": "hold",
+                    "configMap": {"name": job.hold_until_config_map, "optional": True},
+                }
+            ]
         return body
 
     # --- environment controls -------------------------------------------------------------------

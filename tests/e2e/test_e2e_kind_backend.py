@@ -9,7 +9,7 @@ from e2e_backend import NAMESPACE, admitted_on
 from e2e_kind_backend import KindBackend, unavailable_reason
 from e2e_sandbox_backend import SandboxBackend
 
-from dispatcher.sandbox.topology import RUN_SECONDS_ANNOTATION, WorkloadLine
+from dispatcher.sandbox.topology import HOLD_ANNOTATION, RUN_SECONDS_ANNOTATION, WorkloadLine
 
 pytestmark = [pytest.mark.slow, pytest.mark.crds]
 
@@ -28,6 +28,29 @@ def test_kind_jobs_finish_with_agnhost_instead_of_the_sandbox_annotation() -> No
     assert RUN_SECONDS_ANNOTATION not in (body["metadata"].get("annotations") or {})
     assert body["spec"]["template"]["spec"]["containers"][0]["args"] == ["entrypoint-tester"]
     assert body["spec"]["managedBy"] == "kueue.x-k8s.io/multikueue"
+
+
+def test_a_held_kind_job_waits_for_its_config_map_in_a_volume() -> None:
+    line = WorkloadLine.model_validate(
+        {
+            "name": "held",
+            "namespace": NAMESPACE,
+            "count": 1,
+            "runSeconds": 1,
+            "holdUntilConfigMap": "release-me",
+        }
+    )
+    body = KindBackend().job_body(line)
+    assert HOLD_ANNOTATION not in (body["metadata"].get("annotations") or {})
+    pod = body["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert "args" not in container
+    assert container["command"][-1] == "until [ -e /hold/released ]; do sleep 1; done"
+    assert container["volumeMounts"] == [{"name": "hold", "mountPath": "/hold"}]
+    # Optional: the pod starts before the ConfigMap exists, and the kubelet adds it later.
+    assert pod["volumes"] == [
+        {"name": "hold", "configMap": {"name": "release-me", "optional": True}}
+    ]
 
 
 async def test_kind_backend_observes_clusters_through_kubeconfig_files(

@@ -2,8 +2,7 @@
 (issue 14: "CI runs it for the S-scenarios and for a seeded random mix (priorities, preemption,
 borrowing, short jobs, worker loss)").
 
-The mix (seed :data:`SEED`, 24 Jobs, each running 2-10 s but the two low-priority A100 Jobs,
-which run 16-20 s) comes in four waves, each started on
+The mix (seed :data:`SEED`, 24 Jobs, each running 2-10 s) comes in four waves, each started on
 a condition the run reached, never after a fixed time:
 
 A. twelve Jobs: low-priority GPU Jobs for both GPU types, CPU Jobs (some low priority) and two
@@ -12,10 +11,12 @@ A. twelve Jobs: low-priority GPU Jobs for both GPU types, CPU Jobs (some low pri
 B. once both low-priority A100 Jobs are admitted on worker1 (its two GPUs): a high-priority Job
    for both A100 GPUs, which worker1's Kueue can only admit by preempting them (C26: preemption
    happens on the worker, the manager evicts and requeues, C37, C38), and two high-priority CPU
-   Jobs. The low-priority A100 Jobs run long enough for the preemption to come first: at 8-10 s
-   they finished first in 4 of 24 sandbox runs (the high-priority copy reached worker1 up to
-   6 s after its submission), and the test, whose wait for the preemption then returned at once
-   on an empty list, failed only at its end;
+   Jobs. The low-priority A100 Jobs are held (``holdUntilConfigMap``,
+   ``dispatcher.sandbox.jobrun``): they do not finish before the test releases them, once the
+   high-priority copy is admitted on worker1. A run time alone raced the control plane: the
+   high-priority copy reached worker1 up to 9 s after its submission (Kueue's MultiKueue
+   reconciler works one Workload at a time), and under the load of CI the low-priority Jobs,
+   at 16-20 s, finished before it came (stop 23);
 C. worker2 lost (once it holds no Job): once Kueue reports it ``Active=False``, five CPU Jobs;
    worker2 comes back once the dispatcher nominated each of them;
 D. once worker2 is ``Active`` again: a high-priority Job for all four H100 GPUs and three CPU
@@ -46,6 +47,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.crds]
 
 SEED = 20260514
 BORROWING_CPU = "10"  # more than a worker's nominal 8 cpu, within the 12 it may borrow up to
+RELEASE = "mix-release"  # the ConfigMap on worker1 that lets the low-priority A100 Jobs finish
 
 
 def line(
@@ -58,8 +60,10 @@ def line(
     gpu_type: str | None = None,
     priority: str | None = None,
     run: tuple[float, float] = (2, 5),
+    hold: str | None = None,
 ) -> WorkloadLine:
-    """A one-pod Job for ``team-a/user-queue`` that runs a seeded number of seconds."""
+    """A one-pod Job for ``team-a/user-queue`` that runs a seeded number of seconds (``hold``:
+    not finishing before that ConfigMap exists, :data:`RELEASE`)."""
     requests: dict[str, Any] = {"cpu": cpu, "memory": memory}
     if gpus:
         requests["nvidia.com/gpu"] = gpus
@@ -74,6 +78,8 @@ def line(
         data["gpuType"] = gpu_type
     if priority:
         data["priorityClass"] = priority
+    if hold:
+        data["holdUntilConfigMap"] = hold
     return WorkloadLine.model_validate(data)
 
 
@@ -81,8 +87,8 @@ def waves(seed: int = SEED) -> dict[str, list[WorkloadLine]]:
     """The mix, wave by wave (see the module docstring); the same for a given seed."""
     rng = random.Random(seed)
     a = [
-        line("mix-a-a100-low-0", rng, gpus=1, gpu_type=A100, priority="low", run=(16, 20)),
-        line("mix-a-a100-low-1", rng, gpus=1, gpu_type=A100, priority="low", run=(16, 20)),
+        line("mix-a-a100-low-0", rng, gpus=1, gpu_type=A100, priority="low", hold=RELEASE),
+        line("mix-a-a100-low-1", rng, gpus=1, gpu_type=A100, priority="low", hold=RELEASE),
         line("mix-a-h100-low-0", rng, gpus=1, gpu_type=H100, priority="low", run=(4, 8)),
         line("mix-a-h100-low-1", rng, gpus=1, gpu_type=H100, priority="low", run=(4, 8)),
         line("mix-a-borrow-0", rng, cpu=BORROWING_CPU, memory="1Gi", run=(3, 5)),
@@ -279,10 +285,10 @@ def test_seeded_waves_are_reproducible_and_sized() -> None:
     names = [j.name for w in first.values() for j in w]
     assert len(names) == len(set(names)) == 24
     assert all(
-        j.run_seconds is not None and 2 <= j.run_seconds <= (20 if j.name in LOW_A100 else 10)
-        for w in first.values()
-        for j in w
+        j.run_seconds is not None and 2 <= j.run_seconds <= 10 for w in first.values() for j in w
     )
+    held = [j.name for w in first.values() for j in w if j.hold_until_config_map == RELEASE]
+    assert held == list(LOW_A100)
 
 
 @pytest.mark.parametrize(
@@ -343,6 +349,13 @@ async def test_seeded_mix_ends_admitted_with_cluster_name_everywhere(backend: Ba
         "a low-priority A100 Job preempted on worker1 for the high-priority one",
         long,
     )
+    await backend.wait_for(
+        lambda: is_true(backend.copies("mix-b-a100-high").get("worker1"), "Admitted"),
+        "the high-priority A100 copy admitted on worker1",
+        long,
+    )
+    # Both GPUs are the high-priority Job's now: the preempted Jobs run again after it, and finish.
+    await backend.release_hold("worker1", RELEASE)
 
     # The loss comes once worker2 holds no Job: the real backend's Job finisher would crash on
     # a status write to the stopped API server (dispatcher/sandbox/real/finisher.py catches only
