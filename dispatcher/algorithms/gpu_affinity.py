@@ -123,6 +123,10 @@ class GpuPreferenceScorer:
         return 0.0, "offers no preferred type"
 
 
+ASKS_FOR_GPUS = "gpu-type-affinity/asks-for-gpus"
+"""The :attr:`StageContext.memo` key of :func:`asks_for_gpus` for the decision's request."""
+
+
 def asks_for_gpus(request: DispatchRequest) -> bool:
     """Whether any pod set requests a GPU resource or names a GPU type."""
     if request.required_gpu_types is not None or request.preferred_gpu_types:
@@ -142,7 +146,10 @@ class GpuSparingScorer:
         self, request: DispatchRequest, cluster: ClusterSnapshot, ctx: StageContext
     ) -> tuple[float, str]:
         """Prefer CPU-only clusters for CPU-only work."""
-        if asks_for_gpus(request):
+        asks = ctx.memo.get(ASKS_FOR_GPUS)
+        if asks is None:  # the same for every cluster of the decision
+            asks = ctx.memo[ASKS_FOR_GPUS] = asks_for_gpus(request)
+        if asks:
             return 0.0, "asks for GPUs"
         if cluster.gpu_types:
             return 0.0, "GPU cluster"

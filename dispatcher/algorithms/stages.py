@@ -102,6 +102,7 @@ class StageContext:
         self.memo: dict[str, Any] = {}
         """Scratch space for stages that compute something once per decision."""
         self._fits: dict[str, ClusterFit] = {}
+        self._shape: tuple[Any, ...] | None = _UNSET
 
     def has_fit(self, cluster: str) -> bool:
         """Whether the fit of ``cluster`` has been computed in this decision."""
@@ -111,9 +112,14 @@ class StageContext:
         """The request's fit on ``cluster`` (computed on first use, then cached)."""
         cached = self._fits.get(cluster.name)
         if cached is None:
-            cached = _compute_fit(self.request, cluster)
+            if self._shape is _UNSET:
+                self._shape = _shape(self.request.pod_sets)
+            cached = _compute_fit(self.request, cluster, self._shape)
             self._fits[cluster.name] = cached
         return cached
+
+
+_UNSET: Any = object()
 
 
 def _shape(pod_sets: Sequence[PodSetView]) -> tuple[Any, ...] | None:
@@ -137,18 +143,28 @@ def _shape(pod_sets: Sequence[PodSetView]) -> tuple[Any, ...] | None:
     return key
 
 
-def _compute_fit(request: DispatchRequest, cluster: ClusterSnapshot) -> ClusterFit:
+def _compute_fit(
+    request: DispatchRequest, cluster: ClusterSnapshot, shape: tuple[Any, ...] | None = _UNSET
+) -> ClusterFit:
     """The fit of ``request`` on ``cluster``. What depends on the request's pod sets alone
     (the flavor assignments against the quota ceiling and against the quota left after the
-    in-flight workloads) is computed once per snapshot and pod-set shape: in a burst most
-    requests share a few shapes, and a snapshot serves many decisions. The queue ahead of the
-    request depends on its priority and is counted per request."""
-    if cluster.cluster_queue is None or any(o.key == request.key for o in cluster.in_flight):
+    in-flight workloads) is computed once per snapshot and pod-set shape (``shape``, of
+    :func:`_shape`; computed here when not given): in a burst most requests share a few shapes,
+    and a snapshot serves many decisions. The queue ahead of the request depends on its
+    priority and is counted per request; the fit with that count is kept per shape and count."""
+    if cluster.cluster_queue is None:
         return _fit_uncached(request, cluster)
-    shape = _shape(request.pod_sets)
+    derived = cluster.derived
+    in_flight = derived.get("in-flight-keys")
+    if in_flight is None:
+        in_flight = derived["in-flight-keys"] = frozenset(o.key for o in cluster.in_flight)
+    if request.key in in_flight:
+        return _fit_uncached(request, cluster)
+    if shape is _UNSET:
+        shape = _shape(request.pod_sets)
     if shape is None:
         return _fit_uncached(request, cluster)
-    fits: dict[Any, ClusterFit] = cluster.derived.setdefault("fits", {})
+    fits: dict[Any, ClusterFit] = derived.setdefault("fits", {})
     cached = fits.get(shape)
     if cached is None:
         cached = _fit_uncached(request, cluster, count_pending=False)
@@ -158,7 +174,11 @@ def _compute_fit(request: DispatchRequest, cluster: ClusterSnapshot) -> ClusterF
     ahead = _base_quota(cluster, cluster.cluster_queue).queued_in_flight + _pending_ahead(
         cluster, request
     )
-    return dataclasses.replace(cached, queued_ahead=ahead)
+    with_ahead: dict[Any, ClusterFit] = derived.setdefault("fits-ahead", {})
+    counted = with_ahead.get((shape, ahead))
+    if counted is None:
+        counted = with_ahead[(shape, ahead)] = dataclasses.replace(cached, queued_ahead=ahead)
+    return counted
 
 
 def _pending_ahead(cluster: ClusterSnapshot, request: DispatchRequest) -> int:

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
-from dispatcher.algorithms import QueuedWorkload, stages
+from dispatcher.algorithms import QueuedWorkload, gpu_affinity, stages
 from dispatcher.algorithms.stages import StageContext
-from dispatcher.testing import make_cluster, make_pod_set, make_request
+from dispatcher.testing import make_cluster, make_host, make_pod_set, make_request
 
 
 def pending(rng: random.Random, n: int) -> tuple[QueuedWorkload, ...]:
@@ -55,3 +56,45 @@ def test_one_shape_is_assigned_once_per_snapshot(assignments: list[int]) -> None
     for i in range(10):
         StageContext(make_request(f"r{i}", gpus=2, priority=i % 3), [cluster]).fit(cluster)
     assert assignments[0] == 2  # ever and now, for the first request only
+
+
+def test_a_decision_keys_its_request_once_however_many_clusters(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # What depends on the request alone is computed once per decision, not once per cluster:
+    # the pod-set shape the fit cache is keyed by, and gpu-type-affinity's "asks for GPUs".
+    shapes, asks = [0], [0]
+    original_shape, original_asks = stages._shape, gpu_affinity.asks_for_gpus
+
+    def shape(*args: Any) -> Any:
+        shapes[0] += 1
+        return original_shape(*args)
+
+    def asks_for_gpus(*args: Any) -> Any:
+        asks[0] += 1
+        return original_asks(*args)
+
+    monkeypatch.setattr(stages, "_shape", shape)
+    monkeypatch.setattr(gpu_affinity, "asks_for_gpus", asks_for_gpus)
+    host = make_host()
+    pipeline = host.pipeline(("gpu-type-affinity", "capacity-first"))
+    clusters = [make_cluster(f"w{i}", cpu=64, gpus=8, order=i) for i in range(50)]
+    for i in range(3):
+        decision = host.decide(pipeline, make_request(f"r{i}", cpu=1), clusters)
+        assert decision.nominate
+    assert (shapes[0], asks[0]) == (3, 3)
+
+
+def test_the_counted_fit_is_shared_by_requests_of_one_shape_and_queue(
+    assignments: list[int],
+) -> None:
+    cluster = make_cluster("w1", cpu=64, gpus=8, pending=pending(random.Random(5), 4))
+    fits = [
+        StageContext(make_request(f"r{i}", gpus=2, priority=10), [cluster]).fit(cluster)
+        for i in range(5)
+    ]
+    assert all(f is fits[0] for f in fits)  # one object, not a copy per request
+    assert fits[0].queued_ahead == len([p for p in cluster.pending if p.priority >= 10])
+    low = StageContext(make_request("low", gpus=2, priority=-1), [cluster]).fit(cluster)
+    assert low.queued_ahead == 4  # every pending workload is ahead of it
+    assert assignments[0] == 2  # the shape's assignments, once for all six
