@@ -95,6 +95,10 @@ LOST = 'Admitting remote lost, Previously: "Ready"'
 GONE = 'Admitting remote no longer exists, Previously: "Ready"'
 BATCH_PERIOD = 1.0  # constants.UpdatesBatchPeriod
 CLIENT_GO_QPS, CLIENT_GO_BURST = 5.0, 10  # Kueue v0.19's worker clients, per kind
+# Item 10 (C20): what the manager's admission may take beyond the batch period once this
+# process saw the copy admitted (CI at 3365b68, from the traces: sandbox 0.95-0.96 s, real
+# Kueue 0.20-1.05 s).
+LAG_SLACK = 4.0
 
 
 def job(name: str, **extra: Any) -> WorkloadLine:
@@ -703,7 +707,18 @@ async def test_item10_c20_an_admission_reaches_the_manager_after_the_batch_perio
 ) -> None:
     """Issue 14 item 10 (C20): a worker's event (its copy admitted) queues the manager
     Workload only after Kueue's 1 s batch period; measured from when this process saw the copy
-    admitted to when it saw ``clusterName`` on the manager, for three Jobs one after another."""
+    admitted to when it saw ``clusterName`` on the manager, for three Jobs one after another.
+
+    On every backend the manager learns of the admission within the batch period and
+    :data:`LAG_SLACK` (the serial reconciler, the worker clients' rate limit). Only the
+    emulation also shows the batch period as a lower bound: real Kueue v0.19.2 reconciles the
+    manager Workload on other events too, and a reconcile already queued by one of them sees the
+    admitted copy sooner. Seen in CI at 3365b68: its core workload controller writes
+    ``PodsReady`` on the manager Workload (an unbatched event) 0.07 s after the copy was
+    admitted, and ``clusterName`` followed 0.2 s after the admission; for the next Job a
+    reconcile queued before its copy existed came 0.4 s after the admission. The
+    emulation writes no ``PodsReady`` (an accepted difference, tests/differential/accepted.toml),
+    so there the worker's event is the only trigger."""
     lags: list[float] = []
     async with kueue_settings(backend, batch_period_seconds=BATCH_PERIOD):
         for i in range(3):
@@ -722,7 +737,9 @@ async def test_item10_c20_an_admission_reaches_the_manager_after_the_batch_perio
             lags.append(time.monotonic() - copy_seen)
     record_property("item10_admission_lags", ", ".join(f"{lag:.2f}" for lag in lags))
     print(f"item 10 [{backend.name}]: admission lags {[round(lag, 2) for lag in lags]} s")
-    assert statistics.median(lags) >= BATCH_PERIOD * 0.7, lags
+    assert max(lags) <= BATCH_PERIOD + LAG_SLACK, lags
+    if not is_real(backend):
+        assert statistics.median(lags) >= BATCH_PERIOD * 0.7, lags
 
 
 # --- item 11 ------------------------------------------------------------------------------------
