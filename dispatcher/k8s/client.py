@@ -39,6 +39,7 @@ from dispatcher.k8s.kubeconfig import BAD, KubeconfigError, validate_kubeconfig
 from dispatcher.k8s.loading import manager_client, resolve_manager_connection
 from dispatcher.k8s.ratelimit import TokenBucket
 from dispatcher.k8s.resources import EVENTS, SECRETS, ResourceRef
+from dispatcher.k8s.transport import settle_transport
 
 Obj = dict[str, Any]
 Query = Sequence[tuple[str, str]]
@@ -90,6 +91,7 @@ async def client_from_kubeconfig(
         raise KubeconfigError(
             BAD, f"kubeconfig: cannot be loaded ({type(error).__name__})"
         ) from None
+    settle_transport(api)
     api.user_agent = user_agent
     return api
 

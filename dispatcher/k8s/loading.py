@@ -43,6 +43,7 @@ from kubernetes_asyncio.config.incluster_config import InClusterConfigLoader
 from kubernetes_asyncio.config.kube_config import KubeConfigLoader, KubeConfigMerger
 
 from dispatcher.k8s.errors import ManagerConfigError
+from dispatcher.k8s.transport import settle_transport
 
 __all__ = [
     "KUBECONFIG_ENV",
@@ -153,6 +154,7 @@ async def manager_client(connection: ManagerConnection, *, user_agent: str) -> A
         raise ManagerConfigError(
             f"{where}: TLS settings cannot be loaded: {_scrub(error)}"
         ) from None
+    settle_transport(api)
     api.user_agent = user_agent
     return api
 
