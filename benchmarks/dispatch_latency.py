@@ -39,7 +39,9 @@ What is measured:
   The ratio is nomination latency / floor (p50 and p99 each).
 - **CPU seconds per nomination**: this process's CPU time (user + system) from the first
   eligibility until the last nomination, over W. It includes everything the dispatcher does per
-  workload: watch decoding, the reconcile, the decision, the write, the Event it records.
+  workload: watch decoding, the reconcile, the decision, the write, the Event it records. Its
+  baseline, measured in the same run: this process's CPU per bare PATCH of the floor (the same
+  client code, sequential), so the ratio says how many bare writes' worth of CPU a nomination is.
 - **peak RSS** of this process (the dispatcher), and the server's CPU use during the burst.
 
     .venv/bin/python benchmarks/dispatch_latency.py [-W 2000] [-K 20] [--rate 500] [--json F]
@@ -283,15 +285,22 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[index]
 
 
-async def measure_floor(kubeconfig: Path, count: int) -> list[float]:
-    """Sequential server-side-apply status patches, timed around the dispatcher's own call."""
+async def measure_floor(kubeconfig: Path, count: int) -> tuple[list[float], float]:
+    """Sequential server-side-apply status patches, timed around the dispatcher's own call.
+
+    Returns the round trips (ms) and this process's CPU seconds per patch after the warm-up: what
+    one bare write costs the client, the unit the dispatcher's CPU per nomination is compared to.
+    """
     from dispatcher.k8s.client import KubeApi, client_from_kubeconfig_file
     from dispatcher.k8s.patching import apply_status
 
     api = KubeApi(await client_from_kubeconfig_file(str(kubeconfig)), name="floor")
     rtts: list[float] = []
+    cpu_started = 0.0
     try:
         for index in range(count + 20):
+            if index == 20:
+                cpu_started = time.process_time()
             body = {
                 "apiVersion": f"{KUEUE}/{V1BETA2}",
                 "kind": "Workload",
@@ -304,9 +313,10 @@ async def measure_floor(kubeconfig: Path, count: int) -> list[float]:
             )
             if index >= 20:  # warm-up: connection set-up, first-use caches
                 rtts.append((time.perf_counter() - started) * 1000.0)
+        cpu = (time.process_time() - cpu_started) / max(1, count)
     finally:
         await api.close()
-    return rtts
+    return rtts, cpu
 
 
 async def _wait_for_workers(manager: Any, count: int, within: float) -> None:
@@ -356,7 +366,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             if len(cpus) >= 2:
                 os.sched_setaffinity(0, {cpus[1]})
             kubeconfig = directory / "manager.kubeconfig"
-            floor = await measure_floor(kubeconfig, args.floor_patches)
+            floor, floor_cpu = await measure_floor(kubeconfig, args.floor_patches)
             settings = load_settings(
                 {
                     "leader_election.enabled": False,
@@ -434,6 +444,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         if result["last_eligible"] > result["first_eligible"]
         else None,
         "cpu_s_per_nomination": round(cpu_used / max(1, result["nominated"]), 6),
+        "cpu_s_per_floor_patch": round(floor_cpu, 6),
+        "cpu_ratio_to_floor": round(cpu_used / max(1, result["nominated"]) / floor_cpu, 2)
+        if floor_cpu > 0
+        else None,
         "dispatcher_cpu_s": round(cpu_used, 3),
         "dispatcher_writes": writes,
         "burst_wall_s": round(span, 3),
@@ -471,6 +485,8 @@ def report(figures: dict[str, Any]) -> str:
             f"  CPU s per nomination      {figures['cpu_s_per_nomination'] * 1000:.3f} ms "
             f"(dispatcher process {figures['dispatcher_cpu_s']} s over "
             f"{figures['burst_wall_s']} s)",
+            f"  CPU s per bare PATCH      {figures['cpu_s_per_floor_patch'] * 1000:.3f} ms "
+            f"(the floor's client; a nomination costs {figures['cpu_ratio_to_floor']}x)",
             f"  peak RSS                  dispatcher {figures['peak_rss_mb']} MB, "
             f"server {figures['server_peak_rss_mb']} MB",
             f"  server CPU during burst   {figures['server_cpu_s']} s "
