@@ -182,6 +182,9 @@ class Manager:
             config=controller_config(settings),
             metrics=self.metrics,
             tracer=self.tracer,
+            # Events get a token bucket of their own with the manager client's settings, as
+            # controller-runtime's recorder does: a burst's Events never delay its writes.
+            event_limiter=TokenBucket(settings.manager_client.qps, settings.manager_client.burst),
         )
         async with anyio.create_task_group() as group:
             await group.start(self.registry.run)

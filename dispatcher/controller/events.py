@@ -32,6 +32,7 @@ import anyio
 
 from dispatcher.k8s.client import KubeApi
 from dispatcher.k8s.errors import ApiError
+from dispatcher.k8s.ratelimit import TokenBucket
 from dispatcher.k8s.resources import EVENTS, KUEUE_GROUP, KUEUE_VERSION
 from dispatcher.telemetry.metrics import Metrics
 
@@ -78,8 +79,11 @@ class _Sent:
 class EventRecorder:
     """Records core/v1 Events on Workloads from a background task.
 
-    ``api`` returns the client to send with (the manager's, which may be replaced). ``now``
-    is the wall clock of the Event timestamps and of the aggregation window.
+    ``api`` returns the client to send with (the manager's, which may be replaced). With a
+    ``limiter``, Events are sent through a view of that client limited by it alone
+    (:meth:`~dispatcher.k8s.client.KubeApi.limited_by`), so they never take the tokens of the
+    status writes. ``now`` is the wall clock of the Event timestamps and of the aggregation
+    window.
     """
 
     def __init__(
@@ -92,11 +96,16 @@ class EventRecorder:
         remember: int = 4096,
         metrics: Metrics | None = None,
         now: Callable[[], float] | None = None,
+        limiter: TokenBucket | None = None,
     ) -> None:
         if capacity < 1 or remember < 1 or senders < 1:
             raise ValueError("capacity, remember and senders must be at least 1")
         self.senders = senders
         self._api = api
+        self._limiter = limiter
+        self._view: tuple[KubeApi, KubeApi] | None = None
+        """(the client ``api`` returned, its view limited by ``limiter``), rebuilt when the
+        client is replaced."""
         self.capacity = capacity
         self.aggregate_seconds = aggregate_seconds
         self._remember = remember
@@ -241,9 +250,17 @@ class EventRecorder:
             while len(self._sent) > self._remember:
                 self._sent.popitem(last=False)
 
+    def _client(self) -> KubeApi:
+        api = self._api()
+        if self._limiter is None:
+            return api
+        if self._view is None or self._view[0] is not api:
+            self._view = (api, api.limited_by(self._limiter, f"{api.name}-events"))
+        return self._view[1]
+
     async def _send(self, key: EventKey, pending: _Pending) -> str | None:
         namespace = key[0]
-        api = self._api()
+        api = self._client()
         try:
             if pending.name is not None:
                 try:

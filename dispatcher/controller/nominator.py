@@ -80,6 +80,7 @@ from dispatcher.controller.triggers import CAPACITY_KEY, Triggers
 from dispatcher.controller.workqueue import WorkQueue
 from dispatcher.controller.writer import ECHO_TTL_SECONDS, NominationWriter
 from dispatcher.k8s.errors import ApiError, ApiUnreachable
+from dispatcher.k8s.ratelimit import TokenBucket
 from dispatcher.k8s.watching import WatchItem, key_text
 from dispatcher.kueue.admission import admission_usage, format_resource_quantity
 from dispatcher.kueue.eligibility import eligibility, multikueue_check_state
@@ -196,6 +197,7 @@ class Nominator:
         metrics: Metrics | None = None,
         now: Callable[[], float] | None = None,
         tracer: Tracer | None = None,
+        event_limiter: TokenBucket | None = None,
     ) -> None:
         self.registry = registry
         self.decide = decide
@@ -232,8 +234,11 @@ class Nominator:
         self._restore_wake = anyio.Event()
         self.releases = 0
         self.restores = 0
-        self.events = EventRecorder(lambda: self.registry.manager.api, metrics=metrics)
-        """Events are sent by a background task and aggregated (:meth:`run` starts it)."""
+        self.events = EventRecorder(
+            lambda: self.registry.manager.api, metrics=metrics, limiter=event_limiter
+        )
+        """Events are sent by a background task and aggregated (:meth:`run` starts it), with
+        ``event_limiter`` as their own rate limit when given (else the manager client's)."""
         self.stuck = StuckDetector(
             registry=registry,
             index=self._index,

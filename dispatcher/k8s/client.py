@@ -162,6 +162,18 @@ class KubeApi:
         if self.limiter is not None:
             await self.limiter.acquire()
 
+    def limited_by(self, limiter: TokenBucket | None, name: str) -> KubeApi:
+        """A view of this cluster's API with a rate limit of its own: the same connection pool
+        and timeout, requests counted against ``limiter`` instead of this one's.
+
+        As controller-runtime's event recorder, whose clientset gets a token bucket of its own
+        from the same settings: the Events of a burst do not take the status writes' tokens.
+        Closing the view closes the shared client: close only the original.
+        """
+        return KubeApi(
+            self.api_client, request_timeout=self.request_timeout, name=name, limiter=limiter
+        )
+
     @classmethod
     async def from_kubeconfig(
         cls,

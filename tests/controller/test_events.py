@@ -17,6 +17,9 @@ import pytest
 from dispatcher.controller.events import EventRecorder
 from dispatcher.k8s.client import KubeApi
 from dispatcher.k8s.errors import ApiError
+from dispatcher.k8s.ratelimit import TokenBucket
+from dispatcher.sandbox.fakeapi import FakeCluster
+from dispatcher.sandbox.kueue_crds import KUEUE_SHORT_FORMS
 
 
 @dataclass
@@ -197,3 +200,48 @@ async def test_the_senders_send_side_by_side_and_flush_waits_for_them() -> None:
                 await events.flush()
             assert (api.most, api.in_flight, events.created) == (2, 0, 2 * (burst + 1))
         group.cancel_scope.cancel()
+
+
+class CountingBucket(TokenBucket):
+    """A token bucket that never waits and counts the tokens taken."""
+
+    def __init__(self) -> None:
+        super().__init__(1.0, 1)
+        self.taken = 0
+
+    async def acquire(self) -> None:
+        self.taken += 1
+
+
+async def test_events_have_a_rate_limit_of_their_own() -> None:
+    """With a limiter, the recorder's requests take its tokens, none of the manager client's (as
+    controller-runtime's recorder, whose clientset has its own token bucket): a burst's Events
+    do not slow its status writes. A replaced manager client gets a new view."""
+    async with FakeCluster("events-limit", resources=KUEUE_SHORT_FORMS) as cluster:
+        writes, events_bucket = CountingBucket(), CountingBucket()
+        first = await KubeApi.from_kubeconfig(cluster.kubeconfig, name="manager", limiter=writes)
+        second = await KubeApi.from_kubeconfig(cluster.kubeconfig, name="manager", limiter=writes)
+        current = [first]
+        async with first, second:
+            events = EventRecorder(lambda: current[0], limiter=events_bucket)
+            for name in ("a", "b", "c"):
+                events.record(workload(name), "Nominated", "to w1", "Normal")
+            await events.flush()
+            current[0] = second
+            events.record(workload("d"), "Nominated", "to w1", "Normal")
+            await events.flush()
+            assert (events.created, events_bucket.taken, writes.taken) == (4, 4, 0)
+            listed = await first.request("GET", "/api/v1/namespaces/default/events")
+        assert sorted(e["involvedObject"]["name"] for e in listed["items"]) == ["a", "b", "c", "d"]
+        assert writes.taken == 1  # the GET above: the manager client's own limiter still applies
+
+
+async def test_without_a_limiter_events_share_the_manager_clients() -> None:
+    async with FakeCluster("events-shared", resources=KUEUE_SHORT_FORMS) as cluster:
+        shared = CountingBucket()
+        api = await KubeApi.from_kubeconfig(cluster.kubeconfig, name="manager", limiter=shared)
+        async with api:
+            events = EventRecorder(lambda: api)
+            events.record(workload("a"), "Nominated", "to w1", "Normal")
+            await events.flush()
+        assert (events.created, shared.taken) == (1, 1)
