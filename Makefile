@@ -132,6 +132,7 @@ new-user-mix: $(STAMP) real-binaries
 bench: $(STAMP)
 	$(BIN)/python benchmarks/fake_apiserver.py
 	$(BIN)/python benchmarks/decision_cost.py
+	$(BIN)/python benchmarks/client_overhead.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
