@@ -299,8 +299,9 @@ class Settings(BaseSettings):
         default_factory=lambda: ClientSettings(qps=300.0, burst=500),
         description="Client settings for the manager cluster. The defaults are those of "
         "Kueue's own manager client (`clientConnection` 300 QPS, burst 500): one nomination "
-        "costs one request (the status apply; Events are recorded in the background and "
-        "aggregated), so `qps` bounds the nominations per second.",
+        "costs one request (the status apply), so `qps` bounds the nominations per second. "
+        "Events are recorded in the background, aggregated, through a token bucket of their "
+        "own with these `qps` and `burst` (as controller-runtime's recorder).",
     )
     worker_client: ClientSettings = Field(
         default_factory=ClientSettings, description="Client settings for each worker cluster."
