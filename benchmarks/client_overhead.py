@@ -39,6 +39,7 @@ from kubernetes_asyncio import config as k8s_config
 from dispatcher.k8s.client import KubeApi, client_from_kubeconfig
 from dispatcher.k8s.patching import apply_status
 from dispatcher.k8s.resources import WORKLOADS
+from dispatcher.sandbox.testkit import counting_executor_calls
 
 KUEUE, VERSION, NAMESPACE, NAME = "kueue.x-k8s.io", "v1beta2", "default", "probe"
 WARM_UP = 20
@@ -79,31 +80,19 @@ def _body(index: int) -> dict[str, Any]:
 
 
 async def _round(api: KubeApi, requests: int) -> dict[str, float]:
-    loop = asyncio.get_running_loop()
-    hops = 0
-    original = loop.run_in_executor
-
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        nonlocal hops
-        hops += 1
-        return original(*args, **kwargs)
-
     for index in range(WARM_UP):
         await apply_status(api, KUEUE, VERSION, NAMESPACE, "workloads", NAME, _body(index), "bench")
-    loop.run_in_executor = counting  # type: ignore[method-assign]
-    try:
+    with counting_executor_calls() as hops:
         cpu, wall = time.process_time(), time.perf_counter()
         for index in range(requests):
             await apply_status(
                 api, KUEUE, VERSION, NAMESPACE, "workloads", NAME, _body(index), "bench"
             )
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-    finally:
-        del loop.run_in_executor
     return {
         "cpu_ms": 1000.0 * cpu / requests,
         "wall_ms": 1000.0 * wall / requests,
-        "hops": hops / requests,
+        "hops": hops() / requests,
     }
 
 

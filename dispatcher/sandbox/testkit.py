@@ -8,12 +8,14 @@ script; sandbox-only (it drives fake API servers through their Python API).
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import datetime
 import os
 import socket
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -472,3 +474,23 @@ def require_real_backend() -> None:
     if os.environ.get(REQUIRE_REAL_BACKEND) == "1":
         pytest.fail(f"{reason} ({REQUIRE_REAL_BACKEND}=1)")
     pytest.skip(reason)
+
+
+@contextlib.contextmanager
+def counting_executor_calls() -> Iterator[Callable[[], int]]:
+    """Count the running event loop's ``run_in_executor`` calls (thread-pool hops;
+    ``asyncio.to_thread`` goes through it too) while the block runs; yields the count's reader."""
+    loop = asyncio.get_running_loop()
+    calls = 0
+    original = loop.run_in_executor
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return original(*args, **kwargs)
+
+    loop.run_in_executor = counting  # type: ignore[method-assign, assignment]
+    try:
+        yield lambda: calls
+    finally:
+        del loop.run_in_executor  # the instance attribute: the class's method is back

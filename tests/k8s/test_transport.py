@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +22,7 @@ from dispatcher.k8s.resources import WORKLOADS
 from dispatcher.k8s.transport import environment_proxy
 from dispatcher.sandbox.fakeapi import FakeCluster
 from dispatcher.sandbox.kueue_crds import KUEUE_SHORT_FORMS
+from dispatcher.sandbox.testkit import counting_executor_calls
 
 PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy")
 
@@ -105,26 +106,6 @@ def test_environment_proxy(case: ProxyCase, monkeypatch: pytest.MonkeyPatch) -> 
     for name, value in case.env.items():
         monkeypatch.setenv(name, value)
     assert environment_proxy(case.server) == case.expected
-
-
-@contextmanager
-def counting_executor_calls() -> Iterator[Callable[[], int]]:
-    """Count the running loop's ``run_in_executor`` calls (``asyncio.to_thread`` goes through it
-    too)."""
-    loop = asyncio.get_running_loop()
-    calls = 0
-    original = loop.run_in_executor
-
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        nonlocal calls
-        calls += 1
-        return original(*args, **kwargs)
-
-    loop.run_in_executor = counting  # type: ignore[method-assign]
-    try:
-        yield lambda: calls
-    finally:
-        del loop.run_in_executor  # the instance attribute; the class method is back
 
 
 @pytest.fixture
