@@ -429,6 +429,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "max": round(max(floor), 3),
         "mean": round(statistics.fmean(floor), 3),
     }
+    cpu_per_nomination = cpu_used / max(1, result["nominated"])
     return {
         "W": args.W,
         "K": args.K,
@@ -443,11 +444,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "eligible_per_s": round(args.W / (result["last_eligible"] - result["first_eligible"]), 1)
         if result["last_eligible"] > result["first_eligible"]
         else None,
-        "cpu_s_per_nomination": round(cpu_used / max(1, result["nominated"]), 6),
+        "cpu_s_per_nomination": round(cpu_per_nomination, 6),
         "cpu_s_per_floor_patch": round(floor_cpu, 6),
-        "cpu_ratio_to_floor": round(cpu_used / max(1, result["nominated"]) / floor_cpu, 2)
-        if floor_cpu > 0
-        else None,
+        "cpu_ratio_to_floor": round(cpu_per_nomination / floor_cpu, 2) if floor_cpu > 0 else None,
         "dispatcher_cpu_s": round(cpu_used, 3),
         "dispatcher_writes": writes,
         "burst_wall_s": round(span, 3),

@@ -2,9 +2,9 @@
 
 kubernetes_asyncio builds its ``aiohttp.ClientSession`` with ``trust_env=True``. aiohttp then
 looks up, on **every** request, the ``.netrc`` file (in the default thread pool) and the proxy
-environment variables (in a second thread hop): two thread round trips per request, about
-0.35 ms of the dispatcher's CPU per status write on a 2-core machine (docs/performance.md,
-"Where a nomination's CPU goes"), and a controller writes thousands of them.
+environment variables (in a second thread hop): two thread round trips per request, and a
+controller sends thousands of requests (what that costs: ``benchmarks/client_overhead.py``,
+docs/performance.md, *Changed for issue 15*).
 
 :func:`settle_transport` replaces that session, keeping its connector (the TLS context and the
 connection pool), by one with ``trust_env=False``, after resolving the proxy once the way

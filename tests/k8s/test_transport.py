@@ -195,8 +195,7 @@ def _named_server(cluster: FakeCluster) -> dict[str, Any]:
     """``cluster``'s kubeconfig with the server named ``apiserver.test`` (a name no resolver
     knows: only a proxy can reach it)."""
     config = copy.deepcopy(cluster.kubeconfig)
-    port = cluster.url.rsplit(":", 1)[1]
-    config["clusters"][0]["cluster"]["server"] = f"https://apiserver.test:{port}"
+    config["clusters"][0]["cluster"]["server"] = f"https://apiserver.test:{cluster.port}"
     return config
 
 
@@ -204,7 +203,7 @@ async def test_https_proxy_is_honoured(
     cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``HTTPS_PROXY`` read when the client is built carries every request of that client."""
-    port = int(cluster.url.rsplit(":", 1)[1])
+    port = cluster.port
     async with connect_proxy(port) as (url, asked):
         monkeypatch.setenv("HTTPS_PROXY", url)
         api = await client_from_kubeconfig(_named_server(cluster))
@@ -218,7 +217,7 @@ async def test_https_proxy_is_honoured(
 async def test_the_kubeconfig_proxy_url_wins(
     cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    port = int(cluster.url.rsplit(":", 1)[1])
+    port = cluster.port
     async with connect_proxy(port) as (url, asked):
         monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")  # nothing listens there
         config = _named_server(cluster)
