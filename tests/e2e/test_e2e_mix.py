@@ -16,20 +16,25 @@ B. once both low-priority A100 Jobs are admitted on worker1 (its two GPUs): a hi
    high-priority copy is admitted on worker1. A run time alone raced the control plane: the
    high-priority copy reached worker1 up to 9 s after its submission (Kueue's MultiKueue
    reconciler works one Workload at a time), and under the load of CI the low-priority Jobs,
-   at 16-20 s, finished before it came (stop 23);
+   at 16-20 s, finished before it came (stop 23). The high-priority A100 Job is held too, until
+   the manager has replaced both preempted copies (the old copy deleted on worker1, C24): had it
+   finished first, worker1's Kueue would admit the preempted copy again before the manager
+   reset it, and that Job would finish without ``clusterName`` (:func:`reused_copy`) on one
+   backend and not on the other (seen in CI at 853dd0a, the sandbox under the load of the unit
+   run: its reset came 4 s after the preemption, real Kueue's 1.4 s);
 C. worker2 lost (once it holds no Job): once Kueue reports it ``Active=False``, five CPU Jobs;
    worker2 comes back once the dispatcher nominated each of them;
 D. once worker2 is ``Active`` again: a high-priority Job for all four H100 GPUs and three CPU
    Jobs.
 
 It ends when every Job has finished. What must hold on every backend: each Job ends
-``Finished`` with ``status.clusterName`` set on the manager (C40; the one exception, which real
-Kueue shows under this load, is a preempted copy admitted again and finished before Kueue saw it,
-see :func:`reused_copy`), no Job was ever admitted on
-two reachable workers at the same time (a copy on the lost worker counts until the loss
-started: Kueue cannot remove it while the worker is away), the preemption and the borrowing
-happened, and every Job's trace (``e2e_trace.py``) was recorded. ``scripts/differential.py``
-then compares the traces of the sandbox and real runs.
+``Finished`` with ``status.clusterName`` set on the manager (C40; the one exception Kueue
+allows is a preempted copy admitted again and finished before the manager reset it, see
+:func:`reused_copy`, which the held high-priority Job keeps from happening in wave B), no Job
+was ever admitted on two reachable workers at the same time (a copy on the lost worker
+counts until the loss started: Kueue cannot remove it while the worker is away), the
+preemption and the borrowing happened, and every Job's trace (``e2e_trace.py``) was
+recorded. ``scripts/differential.py`` then compares the traces of the sandbox and real runs.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.crds]
 SEED = 20260514
 BORROWING_CPU = "10"  # more than a worker's nominal 8 cpu, within the 12 it may borrow up to
 RELEASE = "mix-release"  # the ConfigMap on worker1 that lets the low-priority A100 Jobs finish
+RELEASE_HIGH = "mix-release-high"  # ... and the one that lets the high-priority A100 Job finish
 
 
 def line(
@@ -99,7 +105,15 @@ def waves(seed: int = SEED) -> dict[str, list[WorkloadLine]]:
         for i in range(6)
     ]
     b = [
-        line("mix-b-a100-high", rng, gpus=2, gpu_type=A100, priority="high", run=(3, 5)),
+        line(
+            "mix-b-a100-high",
+            rng,
+            gpus=2,
+            gpu_type=A100,
+            priority="high",
+            run=(3, 5),
+            hold=RELEASE_HIGH,
+        ),
         line("mix-b-cpu-high-0", rng, cpu="2", priority="high", run=(2, 4)),
         line("mix-b-cpu-high-1", rng, cpu="2", priority="high", run=(2, 4)),
     ]
@@ -216,6 +230,20 @@ def preempted_on_worker1(traces: dict[str, list[dict[str, Any]]]) -> list[str]:
     ]
 
 
+def replaced_on_worker1(traces: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """The low-priority A100 Jobs whose first copy on worker1 is gone (removed by the manager
+    after its reset, C24): that copy can no longer be admitted there again."""
+    return [
+        name
+        for name in LOW_A100
+        if any(
+            e["event"] == "disappeared"
+            for trace in traces.get(name, [])
+            for e in trace.get("copies", {}).get("worker1", [])
+        )
+    ]
+
+
 def _reused_trace(renominated: float, removed: float | None) -> dict[str, Any]:
     """A trace of a Job whose copy on worker2 was preempted at 2 s, reset on the manager at 7 s,
     admitted again at 12 s and finished at 15 s (``removed``: the copy disappeared then)."""
@@ -287,8 +315,11 @@ def test_seeded_waves_are_reproducible_and_sized() -> None:
     assert all(
         j.run_seconds is not None and 2 <= j.run_seconds <= 10 for w in first.values() for j in w
     )
-    held = [j.name for w in first.values() for j in w if j.hold_until_config_map == RELEASE]
-    assert held == list(LOW_A100)
+    held = {
+        hold: [j.name for w in first.values() for j in w if j.hold_until_config_map == hold]
+        for hold in (RELEASE, RELEASE_HIGH)
+    }
+    assert held == {RELEASE: list(LOW_A100), RELEASE_HIGH: ["mix-b-a100-high"]}
 
 
 @pytest.mark.parametrize(
@@ -354,8 +385,16 @@ async def test_seeded_mix_ends_admitted_with_cluster_name_everywhere(backend: Ba
         "the high-priority A100 copy admitted on worker1",
         long,
     )
-    # Both GPUs are the high-priority Job's now: the preempted Jobs run again after it, and finish.
+    # Both GPUs are the high-priority Job's now, and it finishes only once the manager has reset
+    # both preempted Jobs and removed their copies (C24): neither copy can then be admitted again
+    # behind the manager's back (see the module docstring). They run again after it, and finish.
+    await backend.wait_for(
+        lambda: set(replaced_on_worker1(recorder.export(since)["jobs"])) == set(LOW_A100) or None,
+        "both preempted low-priority copies removed from worker1",
+        long,
+    )
     await backend.release_hold("worker1", RELEASE)
+    await backend.release_hold("worker1", RELEASE_HIGH)
 
     # The loss comes once worker2 holds no Job: the real backend's Job finisher would crash on
     # a status write to the stopped API server (dispatcher/sandbox/real/finisher.py catches only
