@@ -14,7 +14,8 @@ change:
 - Kueue's verdict on a MultiKueueCluster (its ``Active`` condition) or our mirror of a worker
   becoming (un)usable re-queues the workloads that worker's reachability can change (and the
   reconciles in progress); any other MultiKueueCluster, MultiKueueConfig or AdmissionCheck change
-  re-queues every workload.
+  re-queues every workload, and so does a manager ClusterQueue's new, changed or removed spec
+  (its cohort is read; its status, changed by every reservation, is not).
 
 "Waiting" workloads hold quota on the manager and have no ``clusterName``: the ones a capacity or
 connectivity change can place.
@@ -61,6 +62,7 @@ class Triggers:
         self._wake_restorer = wake_restorer
         self._usable: dict[str, tuple[bool, bool]] = {}
         self._mkc_seen: dict[str, tuple[str, str]] = {}
+        self._cq_seen: dict[str, str] = {}
         self._waiting: dict[str, list[str]] = {}
         """Manager Workloads that hold quota and have no ``clusterName``, with the names of
         their admission checks, kept from the manager's workload events in the order they
@@ -93,6 +95,11 @@ class Triggers:
                         del self._waiting[key]
                     for key in sorted(listed):
                         self._queue.add(key)
+            elif resource == "clusterqueues" and isinstance(item, ObjectEvent):
+                # Only a ClusterQueue's spec (its cohort) is read on the manager; its status
+                # changes with every reservation and can change no decision.
+                if self._cq_change(item) and item.type != "LISTED":
+                    self.requeue_all()
             elif resource == "multikueueclusters" and isinstance(item, ObjectEvent):
                 change = self._mkc_change(item)
                 if change == "active":
@@ -154,6 +161,19 @@ class Triggers:
         if before is None or before[1] != seen[1]:
             return "settled"
         return "usable"
+
+    def _cq_change(self, item: ObjectEvent) -> bool:
+        """Whether a manager ClusterQueue event changed what is read of it: a new or deleted
+        queue, or another spec (a status-only change, such as the usage every reservation
+        updates, does not)."""
+        name = str((item.object.get("metadata") or {}).get("name") or "")
+        if item.type == "DELETED":
+            self._cq_seen.pop(name, None)
+            return True
+        spec = repr(item.object.get("spec"))
+        before = self._cq_seen.get(name)
+        self._cq_seen[name] = spec
+        return before != spec
 
     def _mkc_change(self, item: ObjectEvent) -> str:
         """What a MultiKueueCluster event changed: ``active`` when nothing but the status of

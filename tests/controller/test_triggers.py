@@ -21,6 +21,7 @@ from dispatcher.controller.nominator import CAPACITY_KEY
 from dispatcher.k8s.client import KubeApi
 from dispatcher.k8s.resources import (
     ADMISSION_CHECKS,
+    CLUSTER_QUEUES,
     MULTIKUEUE_CONFIGS,
     RESOURCE_FLAVORS,
     WORKLOADS,
@@ -245,3 +246,40 @@ async def test_a_reconcile_behind_our_own_write_waits_for_its_echo() -> None:
             0,
             1,
         )
+
+
+async def test_a_manager_clusterqueue_status_change_requeues_nothing() -> None:
+    """The manager's ClusterQueue status changes with every quota reservation; only its spec
+    (the cohort) is read, so 20 status writes re-queue nothing, while a new queue and a new
+    cohort each re-queue every workload once (before: every event of it re-queued all)."""
+    async with world() as env:
+        await env.start_dispatcher()
+        await env.add_workload("job")
+        await env.wait(lambda: env.nominated("job") != () and env.idle("job"))
+        cache = env.mirrors.manager.cache("clusterqueues")
+        before = env.loop.fan_outs
+
+        queue = {"apiVersion": KUEUE, "kind": "ClusterQueue", "metadata": {"name": "cq"}}
+        await env.api.create(CLUSTER_QUEUES, queue | {"spec": {"cohortName": "pool"}})
+        await env.wait(lambda: env.loop.fan_outs == before + 1 and env.idle("job"))
+        reconciles = env.reconciles["default/job"]
+        for i in range(20):
+            await env.api.request(
+                "PATCH",
+                CLUSTER_QUEUES.path(None, "cq") + "/status",
+                body={"status": {"pendingWorkloads": i, "reservingWorkloads": i}},
+                content_type="application/merge-patch+json",
+            )
+        await env.wait(
+            lambda: ((cache.get("cq") or {}).get("status") or {}).get("pendingWorkloads") == 19
+        )
+        assert (env.loop.fan_outs, env.reconciles["default/job"]) == (before + 1, reconciles)
+
+        await env.api.request(
+            "PATCH",
+            CLUSTER_QUEUES.path(None, "cq"),
+            body={"spec": {"cohortName": "other"}},
+            content_type="application/merge-patch+json",
+        )
+        await env.wait(lambda: env.loop.fan_outs == before + 2 and env.idle("job"))
+        assert env.reconciles["default/job"] == reconciles + 1
