@@ -76,7 +76,7 @@ from dispatcher.controller.snapshots import (
 )
 from dispatcher.controller.step import Action, account, outcome
 from dispatcher.controller.stuck import StuckDetector
-from dispatcher.controller.triggers import CAPACITY_KEY, Triggers
+from dispatcher.controller.triggers import CAPACITY_KEY, USAGE_KEY, Triggers
 from dispatcher.controller.workqueue import WorkQueue
 from dispatcher.controller.writer import ECHO_TTL_SECONDS, NominationWriter
 from dispatcher.k8s.errors import ApiError, ApiUnreachable
@@ -327,9 +327,13 @@ class Nominator:
                 key = await self.queue.get()
             except anyio.EndOfStream:
                 return
-            if key.startswith(CAPACITY_KEY):
+            if key.startswith((CAPACITY_KEY, USAGE_KEY)):
                 try:
-                    self.triggers.requeue_waiting_on(key.removeprefix(CAPACITY_KEY))
+                    if key.startswith(CAPACITY_KEY):
+                        self.triggers.requeue_waiting_on(key.removeprefix(CAPACITY_KEY))
+                    else:
+                        cluster = key.removeprefix(USAGE_KEY)
+                        self.triggers.requeue_waiting_on(cluster, nominated_there=False)
                 finally:
                     self.queue.done(key)
                 continue

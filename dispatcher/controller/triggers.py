@@ -7,9 +7,11 @@ change:
   writer's expectations); a re-list queues its keys once, at its marker;
 - a copy's event on a worker queues its one manager Workload (our copies only, by the origin
   label, C32);
-- any other change of a worker's quota or queues asks for one delayed re-queue
+- any other change of a worker's quotas, queues or flavors asks for one delayed re-queue
   (``capacity_coalesce_seconds``, coalesced in the work queue) of the waiting workloads whose
-  MultiKueue check lists that worker; a worker's first list is covered by its connection
+  MultiKueue check lists that worker and that are nominated nowhere or there; a change of what
+  its queues hold (a Workload, a ClusterQueue's usage) only of the ones nominated nowhere, and a
+  LocalQueue's status (not read) of none; a worker's first list is covered by its connection
   settling, which re-queues every waiting workload once;
 - Kueue's verdict on a MultiKueueCluster (its ``Active`` condition) or our mirror of a worker
   becoming (un)usable re-queues the workloads that worker's reachability can change (and the
@@ -24,7 +26,7 @@ connectivity change can place.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from dispatcher.clusters.registry import MANAGER, ClusterRegistry
 from dispatcher.controller.config import ControllerConfig
@@ -34,11 +36,24 @@ from dispatcher.controller.workqueue import WorkQueue
 from dispatcher.controller.writer import NominationWriter
 from dispatcher.k8s.watching import Listed, ObjectEvent, WatchItem, key_text
 
-__all__ = ["CAPACITY_KEY", "Triggers"]
+__all__ = ["CAPACITY_KEY", "USAGE_KEY", "Triggers"]
 
 CAPACITY_KEY = "capacity:"
 """Work-queue keys of coalesced capacity changes (``capacity:<worker>``); a Workload key is
 ``namespace/name`` and a namespace holds no colon."""
+USAGE_KEY = "usage:"
+"""Work-queue keys of coalesced usage changes (``usage:<worker>``): what a worker's queues hold
+changed, not what they are."""
+_SHAPED = frozenset({"clusterqueues", "localqueues", "resourceflavors"})
+
+
+class _Waiting(NamedTuple):
+    """What the fan-outs read of a waiting workload."""
+
+    checks: tuple[str, ...]
+    """The names of its admission checks."""
+    nominated: tuple[str, ...]
+    """Its ``status.nominatedClusterNames``."""
 
 
 class Triggers:
@@ -63,10 +78,13 @@ class Triggers:
         self._usable: dict[str, tuple[bool, bool]] = {}
         self._mkc_seen: dict[str, tuple[str, str]] = {}
         self._cq_seen: dict[str, str] = {}
-        self._waiting: dict[str, list[str]] = {}
+        self._shapes: dict[tuple[str, str, str], tuple[str, str]] = {}
+        """Per worker queue and flavor: what :meth:`_worker_change` compares (spec and
+        conditions; status)."""
+        self._waiting: dict[str, _Waiting] = {}
         """Manager Workloads that hold quota and have no ``clusterName``, with the names of
-        their admission checks, kept from the manager's workload events in the order they
-        started waiting, so a fan-out walks them and not the whole cache."""
+        their admission checks and their nomination, kept from the manager's workload events in
+        the order they started waiting, so a fan-out walks them and not the whole cache."""
         self.fan_outs = 0
         """Fan-out walks (re-queues of every waiting or every workload), for operation counts."""
 
@@ -119,12 +137,12 @@ class Triggers:
             # A copy of ours (C32: by its origin label) changes its one manager Workload.
             self._queue.add(key_text(item.object))
         if fans_out and resource != "connection":
-            if not self._first_list(cluster, resource, item):
-                # Quota or queues changed on this worker: one delayed re-queue of the workloads
-                # that can go there, however many events come meanwhile.
-                self._queue.add_after(
-                    CAPACITY_KEY + cluster, self._config.capacity_coalesce_seconds
-                )
+            change = self._worker_change(cluster, resource, item)
+            if change and not self._first_list(cluster, resource, item):
+                # Quota, queues or usage changed on this worker: one delayed re-queue of the
+                # workloads that can go there, however many events come meanwhile.
+                prefix = CAPACITY_KEY if change == "shape" else USAGE_KEY
+                self._queue.add_after(prefix + cluster, self._config.capacity_coalesce_seconds)
         elif fans_out:
             self._requeue_waiting()
         elif resource == "connection":
@@ -133,6 +151,27 @@ class Triggers:
                 self._requeue_waiting()
             elif changed == "usable":
                 self._reachability_changed(cluster, self._registry.mirror_usable(cluster))
+
+    def _worker_change(self, cluster: str, resource: str, item: WatchItem) -> str:
+        """What a worker event changed of what the decisions read: ``shape`` (a queue's or a
+        flavor's spec or its ``Active`` condition, a new or deleted one, a re-list), ``usage``
+        (only what its queues hold: a Workload, a ClusterQueue's usage), or nothing (a
+        LocalQueue's status, which is not kept)."""
+        if not isinstance(item, ObjectEvent) or resource not in _SHAPED:
+            return "usage" if resource == "workloads" and isinstance(item, ObjectEvent) else "shape"
+        key = (cluster, resource, key_text(item.object))
+        if item.type == "DELETED":
+            self._shapes.pop(key, None)
+            return "shape"
+        obj = item.object
+        status = obj.get("status") or {}
+        conditions = [(c.get("type"), c.get("status")) for c in status.get("conditions") or []]
+        seen = (repr((obj.get("spec"), conditions)), repr(status))
+        before = self._shapes.get(key)
+        self._shapes[key] = seen
+        if before is None or before[0] != seen[0]:
+            return "shape"
+        return "usage" if before[1] != seen[1] else ""
 
     def _first_list(self, cluster: str, resource: str, item: WatchItem) -> bool:
         """Whether ``item`` ends the first list of a worker resource: what a worker's first
@@ -239,20 +278,32 @@ class Triggers:
             and condition_status(obj, "QuotaReserved") == "True"
         ):
             # (assigning keeps the key's place: the set stays in the order they started waiting)
-            self._waiting[key] = [
-                str(c.get("name") or "") for c in status.get("admissionChecks") or []
-            ]
+            self._waiting[key] = _Waiting(
+                tuple(str(c.get("name") or "") for c in status.get("admissionChecks") or []),
+                tuple(str(n) for n in status.get("nominatedClusterNames") or ()),
+            )
         else:
             self._waiting.pop(key, None)
 
-    def requeue_waiting_on(self, cluster: str) -> None:
+    def requeue_waiting_on(self, cluster: str, *, nominated_there: bool = True) -> None:
         """A capacity change on ``cluster`` (coalesced): re-queue the waiting workloads whose
-        MultiKueue admission check lists it; one whose check is unknown yet, too."""
+        MultiKueue admission check lists it (one whose check is unknown yet, too) and that are
+        not nominated at all, or (``nominated_there``: the queues or flavors themselves changed)
+        nominated to it.
+
+        A standing nomination is kept while its workers stay eligible (the selectors' patience),
+        which a change elsewhere, or of the usage alone, cannot alter: it is decided again on
+        its own events, its nominated workers' queue changes, its patience follow-up or the
+        resync. Re-queuing it here made each capacity event of a burst re-decide every
+        nominated workload whose copy Kueue had not admitted yet.
+        """
         self.fan_outs += 1
         checks = self._registry.multikueue_checks()
         reaches: dict[str, bool] = {}
-        for key, names in self._waiting.items():
-            mine = [n for n in names if n in checks]
+        for key, waiting in self._waiting.items():
+            if waiting.nominated and not (nominated_there and cluster in waiting.nominated):
+                continue
+            mine = [n for n in waiting.checks if n in checks]
             if not mine:
                 self._queue.add(key)
                 continue

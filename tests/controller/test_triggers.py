@@ -17,11 +17,12 @@ from controller_kit import ELIGIBLE_STATUS, KUEUE, World, keep_or_first, workloa
 from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest
 from dispatcher.clusters.registry import MANAGER
 from dispatcher.controller.config import ControllerConfig
-from dispatcher.controller.nominator import CAPACITY_KEY
+from dispatcher.controller.nominator import CAPACITY_KEY, USAGE_KEY
 from dispatcher.k8s.client import KubeApi
 from dispatcher.k8s.resources import (
     ADMISSION_CHECKS,
     CLUSTER_QUEUES,
+    LOCAL_QUEUES,
     MULTIKUEUE_CONFIGS,
     RESOURCE_FLAVORS,
     WORKLOADS,
@@ -283,3 +284,159 @@ async def test_a_manager_clusterqueue_status_change_requeues_nothing() -> None:
         )
         await env.wait(lambda: env.loop.fan_outs == before + 2 and env.idle("job"))
         assert env.reconciles["default/job"] == reconciles + 1
+
+
+def placing(
+    where: dict[str, tuple[str, ...]],
+) -> Callable[[DispatchRequest, Sequence[ClusterSnapshot]], Decision]:
+    """Nominate each key where ``where`` says (an empty tuple: nowhere, the workload waits)."""
+
+    def decide(request: DispatchRequest, snapshots: Sequence[ClusterSnapshot]) -> Decision:
+        return Decision("placing", where[request.key], "as the test says")
+
+    return decide
+
+
+async def test_a_capacity_change_leaves_workloads_nominated_elsewhere_alone() -> None:
+    """A capacity change on w1 re-decides the waiting workloads that could go there: one
+    nominated to w1 and one nominated nowhere; not one nominated to w2, which keeps its
+    nomination while w2 stays eligible (before: every waiting workload was re-decided on every
+    capacity event of a burst, the nominated ones whose copies Kueue had not admitted yet
+    included)."""
+    where = {"default/on-w1": ("w1",), "default/on-w2": ("w2",), "default/nowhere": ()}
+    async with world(decide=placing(where)) as env:
+        await env.start_dispatcher()
+        for name in ("on-w1", "on-w2", "nowhere"):
+            await env.add_workload(name)
+        await env.wait(
+            lambda: (
+                env.nominated("on-w1") == ("w1",)
+                and env.nominated("on-w2") == ("w2",)
+                and env.reconciles.get("default/nowhere", 0) > 0
+                and env.idle("on-w1", "on-w2", "nowhere")
+            )
+        )
+        assert waiting_keys(env) == ["default/on-w1", "default/on-w2", "default/nowhere"]
+        before, fan_outs = dict(env.reconciles), env.loop.fan_outs
+
+        env.loop.queue.add(CAPACITY_KEY + "w1")  # a coalesced capacity change of w1, due now
+        await env.wait(
+            lambda: env.loop.fan_outs == fan_outs + 1 and env.idle("on-w1", "on-w2", "nowhere")
+        )
+        changed = {k: env.reconciles[k] - before[k] for k in before}
+        assert changed == {"default/on-w1": 1, "default/on-w2": 0, "default/nowhere": 1}
+
+
+async def test_a_usage_change_requeues_only_the_workloads_nominated_nowhere() -> None:
+    """What a worker's queues hold changed (a copy admitted, a ClusterQueue's usage): a standing
+    nomination, there or elsewhere, is not decided again; a workload nominated nowhere is."""
+    where = {"default/on-w1": ("w1",), "default/on-w2": ("w2",), "default/nowhere": ()}
+    async with world(decide=placing(where)) as env:
+        await env.start_dispatcher()
+        for name in ("on-w1", "on-w2", "nowhere"):
+            await env.add_workload(name)
+        await env.wait(
+            lambda: (
+                env.nominated("on-w1") == ("w1",)
+                and env.nominated("on-w2") == ("w2",)
+                and env.reconciles.get("default/nowhere", 0) > 0
+                and env.idle("on-w1", "on-w2", "nowhere")
+            )
+        )
+        before, fan_outs = dict(env.reconciles), env.loop.fan_outs
+
+        env.loop.queue.add(USAGE_KEY + "w1")
+        await env.wait(
+            lambda: env.loop.fan_outs == fan_outs + 1 and env.idle("on-w1", "on-w2", "nowhere")
+        )
+        changed = {k: env.reconciles[k] - before[k] for k in before}
+        assert changed == {"default/on-w1": 0, "default/on-w2": 0, "default/nowhere": 1}
+
+
+def _queues() -> tuple[dict[str, object], dict[str, object]]:
+    cq = {
+        "apiVersion": KUEUE,
+        "kind": "ClusterQueue",
+        "metadata": {"name": "cq"},
+        "spec": {"cohortName": "pool", "resourceGroups": []},
+    }
+    lq = {
+        "apiVersion": KUEUE,
+        "kind": "LocalQueue",
+        "metadata": {"name": "user-queue", "namespace": "default"},
+        "spec": {"clusterQueue": "cq"},
+    }
+    return cq, lq
+
+
+@pytest.mark.parametrize(
+    ("resource", "patch", "expected"),
+    [
+        pytest.param(
+            "clusterqueues",
+            {"status": {"flavorsUsage": [{"name": "f", "resources": []}], "pendingWorkloads": 3}},
+            USAGE_KEY,
+            id="a-clusterqueues-usage-is-usage",
+        ),
+        pytest.param(
+            "clusterqueues",
+            {"status": {"conditions": [{"type": "Active", "status": "False", "reason": "x"}]}},
+            CAPACITY_KEY,
+            id="its-active-condition-is-shape",
+        ),
+        pytest.param(
+            "clusterqueues", {"spec": {"cohortName": "other"}}, CAPACITY_KEY, id="its-spec-is-shape"
+        ),
+        pytest.param(
+            "localqueues",
+            {"status": {"pendingWorkloads": 3, "reservingWorkloads": 1}},
+            None,
+            id="a-localqueues-status-is-nothing",
+        ),
+    ],
+)
+async def test_what_a_worker_queue_event_asks_for(
+    resource: str, patch: dict[str, object], expected: str | None
+) -> None:
+    """A worker queue event asks for the wide re-queue (``capacity:``) when the queue itself
+    changed, for the narrow one (``usage:``) when only what it holds did, and for none when
+    nothing the decisions read changed. The coalescing delay is an hour, so what an event asked
+    for stays visible until the test fires it."""
+    config = ControllerConfig(
+        resync_seconds=3600.0, sync_grace_seconds=10.0, capacity_coalesce_seconds=3600.0
+    )
+    async with world(config=config) as env:
+        await env.start_dispatcher()
+        await env.add_workload("job")
+        await env.wait(lambda: env.nominated("job") != () and env.idle("job"))
+        queue = env.loop.queue
+        mirror = env.mirrors.workers["w1"].mirror
+        assert mirror is not None
+        cq, lq = _queues()
+        pending = (CAPACITY_KEY + "w1", USAGE_KEY + "w1")
+        async with worker_api(env, "w1") as api:
+            await api.create(CLUSTER_QUEUES, cq)
+            await api.create(LOCAL_QUEUES, lq, namespace="default")
+            await env.wait(
+                lambda: (
+                    mirror.cache("clusterqueues").get("cq") is not None
+                    and mirror.cache("localqueues").get("user-queue", "default") is not None
+                )
+            )
+            for key in pending:
+                if queue.deadline(key) is not None:
+                    queue.add(key)  # what the new queues asked for, due now
+            await env.wait(lambda: all(queue.deadline(k) is None for k in pending))
+            await env.wait(lambda: env.idle("job"))
+            cache = mirror.cache(resource)
+            version = cache.resource_version
+            ref = CLUSTER_QUEUES if resource == "clusterqueues" else LOCAL_QUEUES
+            namespace = None if resource == "clusterqueues" else "default"
+            name = "cq" if resource == "clusterqueues" else "user-queue"
+            path = ref.path(namespace, name) + ("/status" if "status" in patch else "")
+            await api.request(
+                "PATCH", path, body=patch, content_type="application/merge-patch+json"
+            )
+            await env.wait(lambda: cache.resource_version != version)
+        asked = [k for k in pending if queue.deadline(k) is not None]
+        assert asked == ([] if expected is None else [expected + "w1"])
