@@ -604,7 +604,7 @@ async def test_c28_s55_sync_remote_job_creates_the_worker_job_and_mirrors_its_st
         name = local["metadata"]["name"]
 
         # C28 step 2: create the Job on the winner.
-        await adapter.sync_remote_job(worker_client, local, "worker-h100")
+        assert await adapter.sync_remote_job(worker_client, local, "worker-h100") is False
         remote = await wrk.job("sim")
         assert remote is not None
         assert remote["metadata"]["labels"] == {
@@ -624,7 +624,8 @@ async def test_c28_s55_sync_remote_job_creates_the_worker_job_and_mirrors_its_st
         await wrk.batch.patch_namespaced_job_status(
             "sim", NS, {"status": running_status}, _content_type=MERGE
         )
-        await adapter.sync_remote_job(worker_client, local, "worker-h100")
+        # Reported as deferred: the reconciler comes back after 2 s (C28 step 4).
+        assert await adapter.sync_remote_job(worker_client, local, "worker-h100") is True
         assert not (await mgr.job("sim") or {}).get("status", {}).get("active")
 
         # Admitted on the manager (check Ready): Kueue unsuspends the manager Job; it does not
@@ -636,7 +637,7 @@ async def test_c28_s55_sync_remote_job_creates_the_worker_job_and_mirrors_its_st
             return bool(job and not job["spec"]["suspend"])
 
         await eventually(unsuspended, "the manager Job to be unsuspended")
-        await adapter.sync_remote_job(worker_client, local, "worker-h100")
+        assert await adapter.sync_remote_job(worker_client, local, "worker-h100") is False
         mirrored = await mgr.job("sim") or {}
         assert mirrored["status"]["active"] == 2
         assert mirrored["status"]["startTime"] == "2026-01-01T00:00:00Z"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from kubernetes_asyncio import client
 from mk_harness import (
     CHECK,
@@ -374,11 +375,30 @@ async def test_c41_deleted_workload_removes_copies() -> None:
         await env.wait_copies("wl", [])
 
 
+async def test_c41_a_reconcile_that_read_the_workload_before_its_deletion_keeps_it_remembered() -> (
+    None
+):
+    """The DELETED event can arrive while a reconcile that read the Workload alive is running;
+    that reconcile must not forget the deleted Workload, or the reconcile the event asked for
+    finds nothing and the copies stay (upstream deletes from ``deletedWlCache`` only on the
+    deleted path). Here the event's bookkeeping is played before a reconcile of the live one."""
+    async with start_env() as env:
+        await _reserved_and_nominated(env, "wl", ["worker1", "worker2"])
+        controller = env.controllers.workloads
+        key = ("team-a", "wl")
+        local = controller._local(key)
+        assert local is not None
+        controller._deleted[key] = local  # what on_manager_change("DELETED") records
+        await controller.reconcile_key(key)
+        assert key in controller._deleted
+
+
 async def test_c33_job_hook_runs_only_on_the_winner() -> None:
     calls: list[tuple[str, str]] = []
 
-    async def sync_remote_job(worker: Any, local: dict[str, Any], cluster: str) -> None:
+    async def sync_remote_job(worker: Any, local: dict[str, Any], cluster: str) -> bool:
         calls.append((cluster, local["metadata"]["name"]))
+        return False
 
     async with start_env(policy_hook=True, sync_remote_job=sync_remote_job) as env:
         await _reserved_and_nominated(env, "wl", ["worker1", "worker2"])
@@ -387,6 +407,35 @@ async def test_c33_job_hook_runs_only_on_the_winner() -> None:
         await env.wait_workload("wl", _admitted_on("worker1"))
         assert calls
         assert {c for c, _ in calls} == {"worker1"}
+
+
+@pytest.mark.parametrize(
+    ("deferred", "expected"),
+    [
+        pytest.param(True, 2.0, id="deferred-back-after-2s"),
+        pytest.param(False, 900.0, id="synced-back-after-worker-lost-timeout"),
+    ],
+)
+async def test_c28_step4_a_deferred_job_sync_comes_back_after_2_seconds(
+    deferred: bool, expected: float
+) -> None:
+    """Kueue's ``syncDeferredRequeueAfter``: while the manager Job is still suspended (its sync
+    deferred), the admitted Workload is reconciled again 2 s later, since the Job's unsuspension
+    wakes nothing; else after workerLostTimeout."""
+
+    async def sync_remote_job(worker: Any, local: dict[str, Any], cluster: str) -> bool:
+        return deferred
+
+    async with start_env(
+        policy_hook=True, sync_remote_job=sync_remote_job, worker_lost_timeout_seconds=900.0
+    ) as env:
+        await _reserved_and_nominated(env, "wl", ["worker1"])
+        await env.worker_admit("worker1", "wl")
+        await env.wait_workload("wl", _admitted_on("worker1"))
+        await env.settle()
+        timers = env.controllers.workloads._key_timers
+        due, _ = timers[("team-a", "wl")]
+        assert (due - env.clock.now()).total_seconds() == expected
 
 
 async def test_c22_job_owner_not_managed_by_multikueue_is_rejected() -> None:

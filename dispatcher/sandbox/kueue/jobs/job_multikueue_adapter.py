@@ -100,7 +100,7 @@ class JobAdapter(JobReconciler):
 
     async def sync_remote_job(
         self, worker_client: KubeClient, local_workload: Obj, cluster_name: str
-    ) -> None:
+    ) -> bool:
         """What Kueue's workload reconciler does with the Job adapter before it admits, finishes
         or re-syncs an evicted Workload (C28 step 2, C33; C25, C26): the remote-ownership check,
         then ``SyncJob``.
@@ -118,11 +118,12 @@ class JobAdapter(JobReconciler):
           ``Suspended=True`` (reason ``MultiKueueAdapter``) once, as Kueue sets it for the
           Kubernetes 1.36 Job validation.
 
-        Workloads not owned by a Job are left alone.
+        Workloads not owned by a Job are left alone. Returns True when the status sync was
+        deferred (the manager Job suspended, the remote one running), as ``SyncJob`` reports it.
         """
         ref = _controller_ref(local_workload)
         if ref is None or ref.get("kind") != JOB_KIND:
-            return
+            return False
         namespace = local_workload["metadata"]["namespace"]
         name = str(ref.get("name", ""))
         existing = await get_metadata(worker_client, JOBS, name, namespace)
@@ -142,7 +143,7 @@ class JobAdapter(JobReconciler):
                 if error.status != 409:
                     raise
             log.info("%s: created Job %s/%s on %s", self.name, namespace, name, cluster_name)
-            return
+            return False
         finished = _job_finished(remote)[0]
         if _suspended(local_job) and not _suspended(remote) and not finished:
             if not is_true(local_job, "Suspended"):
@@ -150,10 +151,11 @@ class JobAdapter(JobReconciler):
                     local_job, "Suspended", "True", "MultiKueueAdapter", "Set by MultiKueue adapter"
                 )
                 await self._patch_job_status(local_job, {"conditions": conditions}, KUEUE_MANAGER)
-            return  # upstream: the sync is deferred until the local Job is unsuspended
+            return True  # upstream: the sync is deferred until the local Job is unsuspended
         if _suspended(local_job) and finished:
             await self._patch_job_spec(local_job, {"suspend": False})
         await self._mirror_status(local_job, remote.get("status") or {})
+        return False
 
     async def _mirror_status(self, local_job: Obj, remote_status: Obj) -> None:
         """``localJob.Status = remoteJob.Status`` as one merge patch of ``/status`` (as

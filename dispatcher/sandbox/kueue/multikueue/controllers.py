@@ -39,8 +39,14 @@ Key = tuple[str, str]
 # someone else).
 TRANSIENT = (KubeError, OSError, TimeoutError, aiohttp.ClientError, RemoteObjectNotOwned)
 
-SyncRemoteJob = Callable[[KubeClient, Obj, str], Awaitable[None]]
-"""``sync_remote_job(worker_client, local_workload, cluster_name)`` (C28 step 2, C33)."""
+SyncRemoteJob = Callable[[KubeClient, Obj, str], Awaitable[bool]]
+"""``sync_remote_job(worker_client, local_workload, cluster_name)`` (C28 step 2, C33); True when
+the status sync was deferred (the manager Job still suspended while the worker's runs): the
+caller comes back after :data:`SYNC_DEFERRED_REQUEUE_SECONDS` (C26, C28 step 4)."""
+
+SYNC_DEFERRED_REQUEUE_SECONDS = 2.0
+"""Kueue's ``syncDeferredRequeueAfter``: the manager Job is unsuspended shortly after the check
+turns ``Ready``, which does not wake the workload reconciler (it does not watch local Jobs)."""
 
 RemoveRemoteJob = Callable[[KubeClient, Obj, str], Awaitable[None]]
 """``remove_remote_job(worker_client, workload, cluster_name)`` (C24, C32, C41): delete the

@@ -32,6 +32,7 @@ from dispatcher.sandbox.kubeclient import (
 )
 from dispatcher.sandbox.kueue.multikueue import dispatchers
 from dispatcher.sandbox.kueue.multikueue.controllers import (
+    SYNC_DEFERRED_REQUEUE_SECONDS,
     TRANSIENT,
     Key,
     RemoveRemoteJob,
@@ -617,7 +618,8 @@ class WorkloadController(_Loop):
                 return None
         found = self._multikueue_check(local)
         if found is None or found[0].get("state") == "Rejected":  # C21
-            self._deleted.pop(key, None)
+            if deleted:
+                self._deleted.pop(key, None)
             return None
         check, ac = found
         if not deleted:
@@ -639,7 +641,10 @@ class WorkloadController(_Loop):
             self._deleted.pop(key, None)
             self._rounds.pop(key, None)
             return None
-        self._deleted.pop(key, None)
+        # The remembered deleted Workload stays until a reconcile that sees it deleted: one
+        # that read the Workload just before its deletion (the event arriving meanwhile) must
+        # not drop it, or the reconcile that event asked for finds nothing and the copies stay
+        # (upstream deletes from deletedWlCache only when isDeleted).
         return await self._reconcile_group(group)
 
     async def _owner_rejection(self, local: Obj) -> str | None:
@@ -726,8 +731,10 @@ class WorkloadController(_Loop):
         if evicted is not None:
             cluster, _ = evicted
             if is_true(local, "Evicted"):
-                if self.sync_remote_job is not None:
-                    await self.sync_remote_job(group.remotes[cluster].client, local, cluster)
+                if self.sync_remote_job is not None and await self.sync_remote_job(
+                    group.remotes[cluster].client, local, cluster
+                ):
+                    return SYNC_DEFERRED_REQUEUE_SECONDS
                 return None
             if state == "Ready":
                 where = status.get("clusterName") or cluster
@@ -905,8 +912,13 @@ class WorkloadController(_Loop):
             # deactivate the admitted copy instead of re-admitting; C24 cleans up after release.
             await self._deactivate_copy(group, cluster, str(evicted.get("message") or ""))
             return None
+        deferred = False
         if self.sync_remote_job is not None:  # C33: the real job only on the winner
-            await self.sync_remote_job(group.remotes[cluster].client, local, cluster)
+            deferred = await self.sync_remote_job(group.remotes[cluster].client, local, cluster)
+        # C28 step 4: back after workerLostTimeout, or soon while the status sync is deferred.
+        requeue = (
+            SYNC_DEFERRED_REQUEUE_SECONDS if deferred else self.config.worker_lost_timeout_seconds
+        )
         current = status.get("clusterName")
         if current and current != cluster:
             log.error(
@@ -919,7 +931,7 @@ class WorkloadController(_Loop):
             return None
         state = group.check.get("state")
         if state in ("Retry", "Rejected"):
-            return self.config.worker_lost_timeout_seconds
+            return requeue
         if state != "Ready" or not current or status.get("nominatedClusterNames"):
             message = f'The workload was admitted on "{cluster}"'
             new_status = _with_check(status, _set_check(group.check, "Ready", message, self.clock))
@@ -934,7 +946,7 @@ class WorkloadController(_Loop):
                     cluster=cluster,
                     replica_role=_replica_role(local),
                 )
-        return self.config.worker_lost_timeout_seconds
+        return requeue
 
     async def _deactivate_copy(self, group: _Group, cluster: str, message: str) -> None:
         """Mark the admitted copy ``DeactivationTarget`` (reason ``EvictedOnManagerCluster``)."""
