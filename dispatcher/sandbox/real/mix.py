@@ -111,6 +111,10 @@ class _Observer:
         self.jobs = jobs
         self.followed: dict[str, Followed] = {j: Followed() for j in jobs}
         self.by_workload: dict[str, str] = {}
+        self.early: dict[str, list[tuple[str, bool]]] = {}
+        """Copies seen (worker, admitted) before their manager Workload: the watches of the
+        clusters are separate streams, and a copy AllAtOnce made on a worker that did not win
+        may be gone before its next event."""
         self.changed = anyio.Event()
         self.clients = {c.name: c.client("mkd-real-mix") for c in running.plane.clusters}
         self.manager_name = running.plane.manager.name
@@ -139,6 +143,8 @@ class _Observer:
             self.by_workload[key] = job
             item = self.followed[job]
             item.workload = key
+            for worker, admitted in self.early.pop(key, []):
+                self._copy_seen(item, worker, admitted)
             item.last = obj
             status = obj.get("status") or {}
             cluster_name = status.get("clusterName")
@@ -155,10 +161,14 @@ class _Observer:
             return
         job = self.by_workload.get(key)
         if job is None:
+            self.early.setdefault(key, []).append((cluster, _true(obj, "Admitted")))
             return
-        item = self.followed[job]
+        self._copy_seen(self.followed[job], cluster, _true(obj, "Admitted"))
+
+    @staticmethod
+    def _copy_seen(item: Followed, cluster: str, admitted: bool) -> None:
         item.copies.add(cluster)
-        if _true(obj, "Admitted"):
+        if admitted:
             item.admitted_copy_on = cluster
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
