@@ -44,13 +44,27 @@ What is measured:
   client code, sequential), so the ratio says how many bare writes' worth of CPU a nomination is.
 - **peak RSS** of this process (the dispatcher), and the server's CPU use during the burst.
 
+Mode (b), ``--kueue``: the server subprocess runs the **Kueue emulation** on the same clusters
+(``dispatcher.sandbox.environment.environment``, no dispatcher there; ``--kueue-version``, and
+``--kueue-worker-qps`` to lift the emulated worker clients' limit, 5 QPS per kind on v0.19 as
+client-go's default) and submits the burst as **Jobs** at ``--rate`` through the API, as users
+do. The emulated Kueue creates each Job's Workload, reserves quota on the manager (the
+eligibility instant, as above), and after the nomination copies it to the nominated worker,
+where the worker's Kueue reserves and admits and the manager records the admission: every one of
+those writes is an event some watch of the dispatcher receives, and the dispatcher's CPU per
+nomination includes them all (counted by kind: ``watch events applied``; and the dispatcher's
+reconciles by outcome). The server is then the Kueue emulation's process, and its busy share
+says whether it, rather than the dispatcher, bounds the rate.
+
     .venv/bin/python benchmarks/dispatch_latency.py [-W 2000] [-K 20] [--rate 500] [--json F]
+    .venv/bin/python benchmarks/dispatch_latency.py --kueue --rate 25 [--kueue-worker-qps inf]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import copy
 import json
@@ -64,7 +78,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -237,6 +251,132 @@ async def _serve(args: argparse.Namespace) -> None:
     await sandbox.stop()
 
 
+def _eligible(obj: dict[str, Any]) -> bool:
+    """The dispatcher's eligibility (C49): quota reserved, the MultiKueue check Pending."""
+    status = obj.get("status") or {}
+    reserved = any(
+        c.get("type") == "QuotaReserved" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+    return reserved and any(
+        c.get("name") == CHECK and c.get("state") == "Pending"
+        for c in status.get("admissionChecks") or []
+    )
+
+
+async def _serve_kueue(args: argparse.Namespace) -> None:
+    """Mode (b): the Kueue emulation on the same clusters, the burst submitted as Jobs.
+
+    The Jobs (10m CPU, 16Mi, running an hour once admitted) are created on the manager at
+    ``--rate`` per second through the API, as users do; the emulated Kueue creates their
+    Workloads, reserves quota on the manager (the eligibility instant), and, once the dispatcher
+    nominates, copies them to the nominated worker, where the worker's Kueue reserves and admits,
+    and the manager records the admission and starts the Job. Every one of those writes is an
+    event some watch of the dispatcher receives. Prints READY, waits for GO, prints RESULT.
+    """
+    if args.server_cpu is not None:
+        os.sched_setaffinity(0, {args.server_cpu})
+    if not args.crds:
+        os.environ["KUEUE_CRDS_DIR"] = str(Path(tempfile.gettempdir()) / "no-kueue-crds-here")
+    from dispatcher.sandbox.environment import environment
+    from dispatcher.sandbox.topology import WorkloadLine, generic_topology
+
+    names = [f"worker-{i}" for i in range(1, args.K + 1)]
+    directory = Path(args.dir)
+    overrides: dict[str, Any] = {"version": args.kueue_version}
+    if args.kueue_worker_qps is not None:
+        overrides["worker_client_qps"] = args.kueue_worker_qps
+        overrides["worker_client_burst"] = max(1, int(min(args.kueue_worker_qps, 1e6)))
+    async with environment(
+        directory, generic_topology(names), run_dispatcher=False, kueue=overrides
+    ) as env:
+        manager = env.sandbox.manager
+        store = manager.store
+        workloads = manager.registry.get(KUEUE, "workloads")
+        assert workloads is not None
+        manager._seed_object(KUEUE, "workloads", V1BETA2, _workload(PROBE) | {"spec": {}})
+        jobs = [f"bench-{i:05d}" for i in range(args.W)]
+        job_of: dict[tuple[str, str], str] = {}  # Workload key -> Job name (its owner)
+        eligible_at: dict[str, float] = {}
+        nominated_at: dict[str, float] = {}
+        admitted_at: dict[str, float] = {}
+        all_nominated = asyncio.Event()
+        original_write = store.write
+
+        def write(resource_key: Any, key: Any, obj: Any, event_type: str) -> Any:
+            result = original_write(resource_key, key, obj, event_type)
+            if resource_key != workloads.key:
+                return result
+            job = job_of.get(key)
+            if job is None:
+                owners = (obj.get("metadata") or {}).get("ownerReferences") or []
+                job = next((o.get("name") for o in owners if o.get("kind") == "Job"), None)
+                if job is None:
+                    return result
+                job_of[key] = job
+            now = time.monotonic()
+            if job not in eligible_at and _eligible(obj):
+                eligible_at[job] = now
+            status = obj.get("status") or {}
+            if (
+                job in eligible_at
+                and job not in nominated_at
+                and status.get("nominatedClusterNames")
+            ):
+                nominated_at[job] = now
+                if len(nominated_at) == len(jobs):
+                    all_nominated.set()
+            if job not in admitted_at and status.get("clusterName"):
+                admitted_at[job] = now
+            return result
+
+        store.write = write  # type: ignore[method-assign]
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+        print("READY " + json.dumps({"dir": str(directory), "kueue": "emulated"}), flush=True)
+        reader = asyncio.StreamReader()
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+        command = (await reader.readline()).decode().strip()
+        if command == "GO":
+            cpu_before = time.process_time()
+            started = time.monotonic()
+            for index, name in enumerate(jobs):
+                if args.rate > 0:
+                    delay = started + index / args.rate - time.monotonic()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                line = WorkloadLine(
+                    name=name,
+                    namespace=NAMESPACE,
+                    count=1,
+                    requests={"cpu": "10m", "memory": "16Mi"},
+                    run_seconds=3600,
+                )
+                await env.submit([line])
+            submitted = time.monotonic()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(args.timeout):
+                    await all_nominated.wait()
+            finished = time.monotonic()
+            latencies = [(nominated_at[j] - eligible_at[j]) * 1000.0 for j in nominated_at]
+            result = {
+                "latencies_ms": latencies,
+                "nominated": len(nominated_at),
+                "eligible": len(eligible_at),
+                "admitted": len(admitted_at),
+                "submitted_per_s": args.W / max(submitted - started, 1e-9),
+                "first_eligible": min(eligible_at.values()) if eligible_at else started,
+                "last_eligible": max(eligible_at.values()) if eligible_at else started,
+                "last_nominated": max(nominated_at.values()) if nominated_at else finished,
+                "server_cpu_s": time.process_time() - cpu_before,
+                "server_wall_s": finished - started,
+                "server_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            }
+            print("RESULT " + json.dumps(result), flush=True)
+        await stop.wait()
+
+
 # --- this process: floor, dispatcher, figures ---------------------------------------------------
 
 
@@ -250,6 +390,10 @@ async def server_process(
     argv += ["--timeout", str(args.timeout)]
     if args.crds:
         argv.append("--crds")
+    if args.kueue:
+        argv += ["--kueue", "--kueue-version", args.kueue_version]
+        if args.kueue_worker_qps is not None:
+            argv += ["--kueue-worker-qps", str(args.kueue_worker_qps)]
     if args.server_cpu is not None:
         argv += ["--server-cpu", str(args.server_cpu)]
     process = await asyncio.create_subprocess_exec(
@@ -350,6 +494,49 @@ def _stop_profiler(profiler: Any, path: str | None) -> None:
     Path(path).write_text(profiler.output_text(unicode=False, color=False, show_all=False))
 
 
+@contextlib.contextmanager
+def counting_events() -> Iterator[tuple[collections.Counter[str], list[bool]]]:
+    """Count the watch events the dispatcher's caches apply (by object kind) while the flag is
+    set: every change some watch of the dispatcher delivered, re-list items aside."""
+    from dispatcher.k8s.watching import ObjectCache, ObjectEvent
+
+    counts: collections.Counter[str] = collections.Counter()
+    on = [False]
+    original = ObjectCache.apply
+
+    def apply(self: ObjectCache, item: Any) -> Any:
+        if on[0] and isinstance(item, ObjectEvent) and item.type != "LISTED":
+            counts[str(item.object.get("kind") or "?")] += 1
+        return original(self, item)
+
+    ObjectCache.apply = apply  # type: ignore[method-assign]
+    try:
+        yield counts, on
+    finally:
+        ObjectCache.apply = original  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
+def counting_reconciles(on: list[bool]) -> Iterator[collections.Counter[str]]:
+    """Count the dispatcher's reconciles by outcome while ``on[0]`` is set."""
+    from dispatcher.controller.nominator import Nominator
+
+    outcomes: collections.Counter[str] = collections.Counter()
+    original = Nominator._reconcile
+
+    async def reconcile(self: Nominator, key: str, namespace: str, name: str) -> str:
+        outcome = await original(self, key, namespace, name)
+        if on[0]:
+            outcomes[outcome] += 1
+        return outcome
+
+    Nominator._reconcile = reconcile  # type: ignore[method-assign]
+    try:
+        yield outcomes
+    finally:
+        Nominator._reconcile = original  # type: ignore[method-assign]
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     """Run the benchmark and return its figures."""
     import anyio
@@ -360,7 +547,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     cpus = sorted(os.sched_getaffinity(0))
     if args.server_cpu is None and len(cpus) >= 2:
         args.server_cpu = cpus[0]
-    with tempfile.TemporaryDirectory(prefix="mkd-bench-") as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="mkd-bench-") as tmp,
+        counting_events() as (events, counting),
+        counting_reconciles(counting) as outcomes,
+    ):
         directory = Path(tmp)
         async with server_process(args, directory) as server:
             if len(cpus) >= 2:
@@ -398,6 +589,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 await _wait_for_workers(holder[0], args.K, within=60)
                 profiler = _start_profiler(args.profile)
                 cpu_before = time.process_time()
+                counting[0] = True
                 assert server.stdin is not None
                 assert server.stdout is not None
                 server.stdin.write(b"GO\n")
@@ -411,6 +603,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                             result = json.loads(line[len("RESULT ") :])
                             break
                 cpu_used = time.process_time() - cpu_before
+                counting[0] = False
                 _stop_profiler(profiler, args.profile)
                 nominator = holder[0].nominator
                 writes = nominator.writes if nominator is not None else 0
@@ -449,6 +642,21 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "cpu_ratio_to_floor": round(cpu_per_nomination / floor_cpu, 2) if floor_cpu > 0 else None,
         "dispatcher_cpu_s": round(cpu_used, 3),
         "dispatcher_writes": writes,
+        "events": dict(sorted(events.items())),
+        "events_per_nomination": round(sum(events.values()) / max(1, result["nominated"]), 2),
+        "reconciles": dict(sorted(outcomes.items())),
+        "reconciles_per_nomination": round(sum(outcomes.values()) / max(1, result["nominated"]), 2),
+        "kueue": (
+            {
+                "emulated": args.kueue_version,
+                "worker_client_qps": args.kueue_worker_qps,
+                "eligible": result["eligible"],
+                "admitted": result["admitted"],
+                "jobs_submitted_per_s": round(result["submitted_per_s"], 1),
+            }
+            if args.kueue
+            else None
+        ),
         "burst_wall_s": round(span, 3),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "server_cpu_s": round(result["server_cpu_s"], 3),
@@ -490,8 +698,28 @@ def report(figures: dict[str, Any]) -> str:
             f"server {figures['server_peak_rss_mb']} MB",
             f"  server CPU during burst   {figures['server_cpu_s']} s "
             f"(busy {figures['server_busy']:.0%})",
+            f"  watch events applied      {sum(figures['events'].values())} "
+            f"({figures['events_per_nomination']} per nomination: "
+            + ", ".join(f"{k} {v}" for k, v in figures["events"].items())
+            + ")",
+            f"  reconciles                {sum(figures['reconciles'].values())} "
+            f"({figures['reconciles_per_nomination']} per nomination: "
+            + ", ".join(f"{k} {v}" for k, v in figures["reconciles"].items())
+            + ")",
+            *_kueue_lines(figures["kueue"]),
         ]
     )
+
+
+def _kueue_lines(kueue: dict[str, Any] | None) -> list[str]:
+    if kueue is None:
+        return ["  Kueue                     none (the server plays its part)"]
+    qps = kueue["worker_client_qps"] or "its default"
+    return [
+        f"  Kueue                     emulated {kueue['emulated']}, worker client QPS {qps}; "
+        f"Jobs submitted at {kueue['jobs_submitted_per_s']}/s, {kueue['eligible']} eligible, "
+        f"{kueue['admitted']} admitted when the last was nominated"
+    ]
 
 
 def main() -> int:
@@ -509,12 +737,25 @@ def main() -> int:
     parser.add_argument(
         "--profile", metavar="FILE", help="profile the dispatcher with pyinstrument into FILE"
     )
+    parser.add_argument(
+        "--kueue",
+        action="store_true",
+        help="mode (b): run the Kueue emulation and submit the burst as Jobs",
+    )
+    parser.add_argument(
+        "--kueue-version", default="v0.19", help="the emulated Kueue version (with --kueue)"
+    )
+    parser.add_argument(
+        "--kueue-worker-qps",
+        type=float,
+        help="the emulated Kueue's worker client QPS (and burst); default: the version's own",
+    )
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--dir", help=argparse.SUPPRESS)
     parser.add_argument("--server-cpu", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
-        asyncio.run(_serve(args))
+        asyncio.run(_serve_kueue(args) if args.kueue else _serve(args))
         return 0
     figures = asyncio.run(run(args))
     print(report(figures))
