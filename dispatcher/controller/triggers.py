@@ -6,7 +6,8 @@ change:
 - a manager Workload event queues that key (not the echo of our own nomination write: the
   writer's expectations); a re-list queues its keys once, at its marker;
 - a copy's event on a worker queues its one manager Workload (our copies only, by the origin
-  label, C32);
+  label, C32); while the manager's watch has not shown our last write to that Workload, the
+  echo of the write queues it instead (a reconcile before it could only wait);
 - any other change of a worker's quotas, queues or flavors asks for one delayed re-queue
   (``capacity_coalesce_seconds``, coalesced in the work queue) of the waiting workloads whose
   MultiKueue check lists that worker and that are nominated nowhere or there; a change of what
@@ -105,7 +106,7 @@ class Triggers:
                     self._track_waiting(item)
                     # A re-list replaces the cache at its marker, which queues every listed key.
                     if item.type != "LISTED" and not self._writer.own_echo(item):
-                        self._queue.add(key_text(item.object))
+                        self._queue_unless_behind(key_text(item.object))
                 elif isinstance(item, Listed):
                     self._writer.forget_echoes()  # every listed key is decided again anyway
                     listed = {f"{namespace}/{name}" for namespace, name in item.keys}
@@ -135,7 +136,7 @@ class Triggers:
             and is_copy(item.object, self._config.origin)
         ):
             # A copy of ours (C32: by its origin label) changes its one manager Workload.
-            self._queue.add(key_text(item.object))
+            self._queue_unless_behind(key_text(item.object))
         if fans_out and resource != "connection":
             change = self._worker_change(cluster, resource, item)
             if change and not self._first_list(cluster, resource, item):
@@ -151,6 +152,13 @@ class Triggers:
                 self._requeue_waiting()
             elif changed == "usable":
                 self._reachability_changed(cluster, self._registry.mirror_usable(cluster))
+
+    def _queue_unless_behind(self, key: str) -> None:
+        """Queue ``key``, unless the manager's watch has not shown our last write to it yet: a
+        reconcile now could only wait for that echo, which queues the key instead (the writer
+        remembers that it was asked for; a re-list forgets the echoes and queues every key)."""
+        if not self._writer.behind(key):
+            self._queue.add(key)
 
     def _worker_change(self, cluster: str, resource: str, item: WatchItem) -> str:
         """What a worker event changed of what the decisions read: ``shape`` (a queue's or a

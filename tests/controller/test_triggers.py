@@ -16,6 +16,7 @@ from controller_kit import ELIGIBLE_STATUS, KUEUE, World, keep_or_first, workloa
 
 from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest
 from dispatcher.clusters.registry import MANAGER
+from dispatcher.clusters.slim import ORIGIN_LABEL
 from dispatcher.controller.config import ControllerConfig
 from dispatcher.controller.nominator import CAPACITY_KEY, USAGE_KEY
 from dispatcher.k8s.client import KubeApi
@@ -247,6 +248,38 @@ async def test_a_reconcile_behind_our_own_write_waits_for_its_echo() -> None:
             0,
             1,
         )
+
+
+async def test_events_before_the_echo_of_our_write_queue_nothing_until_it() -> None:
+    """While the manager's watch has not shown our last write to a Workload, its copy's events
+    on a worker and the manager's older events queue nothing (a reconcile could only wait for
+    the echo); the echo then queues it once. In a burst on the Kueue emulation with the worker
+    limits lifted, such waiting reconciles were 8 per nomination. Played by hand, as above."""
+    decisions: list[str] = []
+    async with world(decide=counting(decisions)) as env:
+        await env.start_dispatcher()
+        await env.add_workload("job")
+        await env.wait(lambda: env.nominated("job") != () and env.idle("job"))
+        cached = env.mirrors.manager.cache("workloads").get("job", "default")
+        assert cached is not None
+        env.loop.writer.expect("default/job", {"metadata": {"resourceVersion": "echo"}}, True)
+        reconciles, queued = env.reconciles["default/job"], len(env.loop.queue)
+
+        copy_ = copy.deepcopy(cached)
+        copy_["metadata"]["labels"] = {ORIGIN_LABEL: env.config.origin}
+        older = copy.deepcopy(cached)
+        older["metadata"]["resourceVersion"] = "older"
+        for _ in range(5):
+            env.loop.on_change("w1", "workloads", ObjectEvent("MODIFIED", copy_))
+        env.loop.on_change(MANAGER, "workloads", ObjectEvent("MODIFIED", older))
+        assert (len(env.loop.queue), env.running) == (queued, 0)
+        assert env.reconciles["default/job"] == reconciles
+
+        echo = copy.deepcopy(cached)
+        echo["metadata"]["resourceVersion"] = "echo"
+        env.loop.on_change(MANAGER, "workloads", ObjectEvent("MODIFIED", echo))
+        await env.wait(lambda: len(decisions) == 2 and not env.running and not len(env.loop.queue))
+        assert env.reconciles["default/job"] == reconciles + 1
 
 
 async def test_a_manager_clusterqueue_status_change_requeues_nothing() -> None:
