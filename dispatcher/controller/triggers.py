@@ -313,13 +313,13 @@ class Triggers:
                 continue
             mine = [n for n in waiting.checks if n in checks]
             if not mine:
-                self._queue.add(key)
+                self._queue_unless_behind(key)
                 continue
             for check in mine:
                 if check not in reaches:
                     reaches[check] = cluster in self._registry.config_of(check)[1]
                 if reaches[check]:
-                    self._queue.add(key)
+                    self._queue_unless_behind(key)
                     break
 
     def requeue_all(self) -> None:
@@ -328,10 +328,10 @@ class Triggers:
         self.fan_outs += 1
         for obj in self._registry.manager.cache("workloads").items():
             self._set_waiting(obj)
-            self._queue.add(key_text(obj))
+            self._queue_unless_behind(key_text(obj))
 
     def _requeue_waiting(self) -> None:
         """Capacity or connectivity changed somewhere: look again at undispatched workloads."""
         self.fan_outs += 1
         for key in self._waiting:
-            self._queue.add(key)
+            self._queue_unless_behind(key)
