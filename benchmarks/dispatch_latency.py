@@ -78,7 +78,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -152,17 +152,68 @@ def _eligible_status() -> dict[str, Any]:
     }
 
 
-async def _serve(args: argparse.Namespace) -> None:
-    """Start the clusters, print READY, flip workloads on GO, print RESULT, wait for SIGTERM."""
+def _server_setup(args: argparse.Namespace) -> tuple[list[str], Path]:
+    """The server process's CPU and schema choice; the worker names and the directory."""
     if args.server_cpu is not None:
         os.sched_setaffinity(0, {args.server_cpu})
     if not args.crds:
         os.environ["KUEUE_CRDS_DIR"] = str(Path(tempfile.gettempdir()) / "no-kueue-crds-here")
+    return [f"worker-{i}" for i in range(1, args.K + 1)], Path(args.dir)
+
+
+async def _ready_then_command(ready: dict[str, Any]) -> tuple[asyncio.Event, str]:
+    """Print READY (with ``ready``), then read the parent's command; the event is set on
+    SIGTERM."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    print("READY " + json.dumps(ready), flush=True)
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    return stop, (await reader.readline()).decode().strip()
+
+
+async def _paced(index: int, started: float, rate: float) -> None:
+    """Wait for the ``index``-th slot at ``rate`` per second from ``started`` (0: no pacing, a
+    yield every 100)."""
+    if rate > 0:
+        delay = started + index / rate - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+    elif index % 100 == 0:
+        await asyncio.sleep(0)
+
+
+def _print_result(
+    latencies: list[float],
+    eligible_at: Mapping[Any, float],
+    nominated_at: Mapping[Any, float],
+    cpu_before: float,
+    started: float,
+    finished: float,
+    extra: dict[str, Any],
+) -> None:
+    """Print the burst's RESULT line for the parent process."""
+    result = {
+        "latencies_ms": latencies,
+        "nominated": len(nominated_at),
+        "first_eligible": min(eligible_at.values(), default=started),
+        "last_eligible": max(eligible_at.values(), default=started),
+        "last_nominated": max(nominated_at.values(), default=finished),
+        "server_cpu_s": time.process_time() - cpu_before,
+        "server_wall_s": finished - started,
+        "server_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        **extra,
+    }
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    """Start the clusters, print READY, flip workloads on GO, print RESULT, wait for SIGTERM."""
+    names, directory = _server_setup(args)
     from dispatcher.sandbox.serve import start_topology
     from dispatcher.sandbox.topology import generic_topology
 
-    names = [f"worker-{i}" for i in range(1, args.K + 1)]
-    directory = Path(args.dir)
     sandbox = await start_topology(directory, generic_topology(names))
     manager = sandbox.manager
     store = manager.store
@@ -209,23 +260,12 @@ async def _serve(args: argparse.Namespace) -> None:
 
     store.write = write  # type: ignore[method-assign]
 
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, stop.set)
-    print("READY " + json.dumps({"dir": str(directory), "schema": sandbox.schemas}), flush=True)
-    reader = asyncio.StreamReader()
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    command = (await reader.readline()).decode().strip()
+    stop, command = await _ready_then_command({"dir": str(directory), "schema": sandbox.schemas})
     if command == "GO":
         cpu_before = time.process_time()
         started = time.monotonic()
         for index, key in enumerate(keys):
-            if args.rate > 0:
-                delay = started + index / args.rate - time.monotonic()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-            elif index % 100 == 0:
-                await asyncio.sleep(0)
+            await _paced(index, started, args.rate)
             obj = copy.deepcopy(store.get(workloads.key, key))
             assert obj is not None
             obj["status"] = _eligible_status()
@@ -236,17 +276,7 @@ async def _serve(args: argparse.Namespace) -> None:
                 await all_nominated.wait()
         finished = time.monotonic()
         latencies = [(nominated_at[k] - eligible_at[k]) * 1000.0 for k in keys if k in nominated_at]
-        result = {
-            "latencies_ms": latencies,
-            "nominated": len(nominated_at),
-            "first_eligible": min(eligible_at.values()),
-            "last_eligible": max(eligible_at.values()),
-            "last_nominated": max(nominated_at.values()) if nominated_at else finished,
-            "server_cpu_s": time.process_time() - cpu_before,
-            "server_wall_s": finished - started,
-            "server_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        }
-        print("RESULT " + json.dumps(result), flush=True)
+        _print_result(latencies, eligible_at, nominated_at, cpu_before, started, finished, {})
     await stop.wait()
     await sandbox.stop()
 
@@ -274,15 +304,10 @@ async def _serve_kueue(args: argparse.Namespace) -> None:
     and the manager records the admission and starts the Job. Every one of those writes is an
     event some watch of the dispatcher receives. Prints READY, waits for GO, prints RESULT.
     """
-    if args.server_cpu is not None:
-        os.sched_setaffinity(0, {args.server_cpu})
-    if not args.crds:
-        os.environ["KUEUE_CRDS_DIR"] = str(Path(tempfile.gettempdir()) / "no-kueue-crds-here")
+    names, directory = _server_setup(args)
     from dispatcher.sandbox.environment import environment
     from dispatcher.sandbox.topology import WorkloadLine, generic_topology
 
-    names = [f"worker-{i}" for i in range(1, args.K + 1)]
-    directory = Path(args.dir)
     overrides: dict[str, Any] = {"version": args.kueue_version}
     if args.kueue_worker_qps is not None:
         overrides["worker_client_qps"] = args.kueue_worker_qps
@@ -331,21 +356,12 @@ async def _serve_kueue(args: argparse.Namespace) -> None:
             return result
 
         store.write = write  # type: ignore[method-assign]
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        loop.add_signal_handler(signal.SIGTERM, stop.set)
-        print("READY " + json.dumps({"dir": str(directory), "kueue": "emulated"}), flush=True)
-        reader = asyncio.StreamReader()
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-        command = (await reader.readline()).decode().strip()
+        stop, command = await _ready_then_command({"dir": str(directory), "kueue": "emulated"})
         if command == "GO":
             cpu_before = time.process_time()
             started = time.monotonic()
             for index, name in enumerate(jobs):
-                if args.rate > 0:
-                    delay = started + index / args.rate - time.monotonic()
-                    if delay > 0:
-                        await asyncio.sleep(delay)
+                await _paced(index, started, args.rate)
                 line = WorkloadLine(
                     name=name,
                     namespace=NAMESPACE,
@@ -360,20 +376,14 @@ async def _serve_kueue(args: argparse.Namespace) -> None:
                     await all_nominated.wait()
             finished = time.monotonic()
             latencies = [(nominated_at[j] - eligible_at[j]) * 1000.0 for j in nominated_at]
-            result = {
-                "latencies_ms": latencies,
-                "nominated": len(nominated_at),
+            extra = {
                 "eligible": len(eligible_at),
                 "admitted": len(admitted_at),
                 "submitted_per_s": args.W / max(submitted - started, 1e-9),
-                "first_eligible": min(eligible_at.values()) if eligible_at else started,
-                "last_eligible": max(eligible_at.values()) if eligible_at else started,
-                "last_nominated": max(nominated_at.values()) if nominated_at else finished,
-                "server_cpu_s": time.process_time() - cpu_before,
-                "server_wall_s": finished - started,
-                "server_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             }
-            print("RESULT " + json.dumps(result), flush=True)
+            _print_result(
+                latencies, eligible_at, nominated_at, cpu_before, started, finished, extra
+            )
         await stop.wait()
 
 

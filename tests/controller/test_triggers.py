@@ -219,6 +219,18 @@ async def test_a_burst_on_one_worker_requeues_once_only_the_workloads_that_can_g
         assert env.reconciles["default/b"] == before[0]["default/b"]
 
 
+async def _nominated_awaiting_echo(env: World) -> dict[str, object]:
+    """Nominate ``job``, then play a write of ours whose echo (version ``echo``) has not come
+    yet; returns the cached Workload."""
+    await env.start_dispatcher()
+    await env.add_workload("job")
+    await env.wait(lambda: env.nominated("job") != () and env.idle("job"))
+    cached = env.mirrors.manager.cache("workloads").get("job", "default")
+    assert cached is not None
+    env.loop.writer.expect("default/job", {"metadata": {"resourceVersion": "echo"}}, True)
+    return cached
+
+
 async def test_a_reconcile_behind_our_own_write_waits_for_its_echo() -> None:
     """A reconcile asked for while the cache does not show our last write yet (a capacity
     re-queue right after a nomination) decides nothing: it would decide from the object before
@@ -227,12 +239,7 @@ async def test_a_reconcile_behind_our_own_write_waits_for_its_echo() -> None:
     names a version, and the loop is handed the watch event carrying it."""
     decisions: list[str] = []
     async with world(decide=counting(decisions)) as env:
-        await env.start_dispatcher()
-        await env.add_workload("job")
-        await env.wait(lambda: env.nominated("job") != () and env.idle("job"))
-        cached = env.mirrors.manager.cache("workloads").get("job", "default")
-        assert cached is not None
-        env.loop.writer.expect("default/job", {"metadata": {"resourceVersion": "echo"}}, True)
+        cached = await _nominated_awaiting_echo(env)
         reconciles = env.reconciles["default/job"]
 
         env.loop.queue.add("default/job")
@@ -258,12 +265,7 @@ async def test_events_before_the_echo_of_our_write_queue_nothing_until_it() -> N
     by hand, as above."""
     decisions: list[str] = []
     async with world(decide=counting(decisions)) as env:
-        await env.start_dispatcher()
-        await env.add_workload("job")
-        await env.wait(lambda: env.nominated("job") != () and env.idle("job"))
-        cached = env.mirrors.manager.cache("workloads").get("job", "default")
-        assert cached is not None
-        env.loop.writer.expect("default/job", {"metadata": {"resourceVersion": "echo"}}, True)
+        cached = await _nominated_awaiting_echo(env)
         reconciles, queued = env.reconciles["default/job"], len(env.loop.queue)
 
         copy_ = copy.deepcopy(cached)
@@ -333,12 +335,30 @@ def placing(
     return decide
 
 
-async def test_a_capacity_change_leaves_workloads_nominated_elsewhere_alone() -> None:
-    """A capacity change on w1 re-decides the waiting workloads that could go there: one
-    nominated to w1 and one nominated nowhere; not one nominated to w2, which keeps its
-    nomination while w2 stays eligible (before: every waiting workload was re-decided on every
-    capacity event of a burst, the nominated ones whose copies Kueue had not admitted yet
-    included)."""
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        pytest.param(
+            CAPACITY_KEY,
+            {"default/on-w1": 1, "default/on-w2": 0, "default/nowhere": 1},
+            id="queues-changed-nominated-there-and-nowhere",
+        ),
+        pytest.param(
+            USAGE_KEY,
+            {"default/on-w1": 0, "default/on-w2": 0, "default/nowhere": 1},
+            id="usage-changed-nominated-nowhere-only",
+        ),
+    ],
+)
+async def test_a_change_on_w1_redecides_only_what_it_can_change(
+    change: str, expected: dict[str, int]
+) -> None:
+    """A coalesced change on w1 re-decides the waiting workloads it can change. When w1's queues
+    or flavors changed (``capacity:``): the one nominated to w1 and the one nominated nowhere.
+    When only what its queues hold changed (``usage:``, a copy admitted, a ClusterQueue's usage):
+    the one nominated nowhere. Never the one nominated to w2, which keeps its nomination while
+    w2 stays eligible (before: every waiting workload was re-decided on every such event of a
+    burst, the nominated ones whose copies Kueue had not admitted yet included)."""
     where = {"default/on-w1": ("w1",), "default/on-w2": ("w2",), "default/nowhere": ()}
     async with world(decide=placing(where)) as env:
         await env.start_dispatcher()
@@ -355,38 +375,11 @@ async def test_a_capacity_change_leaves_workloads_nominated_elsewhere_alone() ->
         assert waiting_keys(env) == ["default/on-w1", "default/on-w2", "default/nowhere"]
         before, fan_outs = dict(env.reconciles), env.loop.fan_outs
 
-        env.loop.queue.add(CAPACITY_KEY + "w1")  # a coalesced capacity change of w1, due now
+        env.loop.queue.add(change + "w1")  # the coalesced change of w1, due now
         await env.wait(
             lambda: env.loop.fan_outs == fan_outs + 1 and env.idle("on-w1", "on-w2", "nowhere")
         )
-        changed = {k: env.reconciles[k] - before[k] for k in before}
-        assert changed == {"default/on-w1": 1, "default/on-w2": 0, "default/nowhere": 1}
-
-
-async def test_a_usage_change_requeues_only_the_workloads_nominated_nowhere() -> None:
-    """What a worker's queues hold changed (a copy admitted, a ClusterQueue's usage): a standing
-    nomination, there or elsewhere, is not decided again; a workload nominated nowhere is."""
-    where = {"default/on-w1": ("w1",), "default/on-w2": ("w2",), "default/nowhere": ()}
-    async with world(decide=placing(where)) as env:
-        await env.start_dispatcher()
-        for name in ("on-w1", "on-w2", "nowhere"):
-            await env.add_workload(name)
-        await env.wait(
-            lambda: (
-                env.nominated("on-w1") == ("w1",)
-                and env.nominated("on-w2") == ("w2",)
-                and env.reconciles.get("default/nowhere", 0) > 0
-                and env.idle("on-w1", "on-w2", "nowhere")
-            )
-        )
-        before, fan_outs = dict(env.reconciles), env.loop.fan_outs
-
-        env.loop.queue.add(USAGE_KEY + "w1")
-        await env.wait(
-            lambda: env.loop.fan_outs == fan_outs + 1 and env.idle("on-w1", "on-w2", "nowhere")
-        )
-        changed = {k: env.reconciles[k] - before[k] for k in before}
-        assert changed == {"default/on-w1": 0, "default/on-w2": 0, "default/nowhere": 1}
+        assert {k: env.reconciles[k] - before[k] for k in before} == expected
 
 
 def _queues() -> tuple[dict[str, object], dict[str, object]]:
