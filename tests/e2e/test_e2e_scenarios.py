@@ -354,6 +354,14 @@ async def test_s13_a_lost_nominated_worker_is_replaced_by_a_reachable_one(
     )
     [lost] = initial
     survivor = other(lost)
+    # Lost only once the mover waits there (its copy pending on the full worker, C13): lost
+    # before Kueue made that copy, whether a copy ever reached it was a race between Kueue's
+    # copy and the disconnect (CI at 330a3e6: one copy on the sandbox, two on real Kueue).
+    await backend.wait_for(
+        lambda: is_false(backend.copies("s13-mover").get(lost), "QuotaReserved"),
+        f"s13-mover's copy pending on the full {lost}",
+        backend.timeouts.long,
+    )
     await backend.disconnect_worker(lost)
     try:
         await backend.wait_for(
