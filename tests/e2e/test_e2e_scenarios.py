@@ -391,6 +391,14 @@ async def test_s13_a_lost_nominated_worker_is_replaced_by_a_reachable_one(
         f"Kueue reports {lost} Active=True again",
         backend.timeouts.long,
     )
+    # Back, the lost worker loses the mover's copy (Kueue removes the copies that did not win,
+    # C28): the end of the test waits for it, so both backends' traces end there (CI at a1dc445:
+    # real Kueue had not removed it yet when the test ended).
+    await backend.wait_for(
+        lambda: lost not in backend.copies("s13-mover") or None,
+        f"s13-mover's copy on {lost} removed",
+        backend.timeouts.long,
+    )
 
 
 async def test_s14_leader_handover_keeps_dispatching(backend: Backend) -> None:
