@@ -327,13 +327,12 @@ class Nominator:
                 key = await self.queue.get()
             except anyio.EndOfStream:
                 return
-            if key.startswith((CAPACITY_KEY, USAGE_KEY)):
+            prefix = next((p for p in (CAPACITY_KEY, USAGE_KEY) if key.startswith(p)), None)
+            if prefix is not None:
                 try:
-                    if key.startswith(CAPACITY_KEY):
-                        self.triggers.requeue_waiting_on(key.removeprefix(CAPACITY_KEY))
-                    else:
-                        cluster = key.removeprefix(USAGE_KEY)
-                        self.triggers.requeue_waiting_on(cluster, nominated_there=False)
+                    self.triggers.requeue_waiting_on(
+                        key.removeprefix(prefix), nominated_there=prefix == CAPACITY_KEY
+                    )
                 finally:
                     self.queue.done(key)
                 continue

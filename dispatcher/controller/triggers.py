@@ -165,8 +165,12 @@ class Triggers:
         flavor's spec or its ``Active`` condition, a new or deleted one, a re-list), ``usage``
         (only what its queues hold: a Workload, a ClusterQueue's usage), or nothing (a
         LocalQueue's status, which is not kept)."""
-        if not isinstance(item, ObjectEvent) or resource not in _SHAPED:
-            return "usage" if resource == "workloads" and isinstance(item, ObjectEvent) else "shape"
+        if not isinstance(item, ObjectEvent):
+            return "shape"  # a re-list's marker: anything may have changed
+        if resource == "workloads":
+            return "usage"
+        if resource not in _SHAPED:
+            return "shape"
         key = (cluster, resource, key_text(item.object))
         if item.type == "DELETED":
             self._shapes.pop(key, None)
