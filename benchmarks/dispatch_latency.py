@@ -58,6 +58,13 @@ says whether it, rather than the dispatcher, bounds the rate.
 
     .venv/bin/python benchmarks/dispatch_latency.py [-W 2000] [-K 20] [--rate 500] [--json F]
     .venv/bin/python benchmarks/dispatch_latency.py --kueue --rate 25 [--kueue-worker-qps inf]
+
+Mode (c), ``--real``: real Kueue v0.19.2 (``make real-binaries``), this dispatcher and Kueue's
+AllAtOnce on the same topology in one run; ``benchmarks/dispatch_real.py`` does it and says what
+it reports (nominations/s, admissions/s, copies per admitted workload, and where the time goes,
+milestone by milestone).
+
+    .venv/bin/python benchmarks/dispatch_latency.py --real [--real-jobs 300]
 """
 
 from __future__ import annotations
@@ -760,6 +767,13 @@ def main() -> int:
         type=float,
         help="the emulated Kueue's worker client QPS (and burst); default: the version's own",
     )
+    parser.add_argument(
+        "--real",
+        action="store_true",
+        help="mode (c): a burst of --real-jobs Jobs on real Kueue v0.19.2, this dispatcher and "
+        "Kueue's AllAtOnce side by side (benchmarks/dispatch_real.py)",
+    )
+    parser.add_argument("--real-jobs", type=int, default=300, help="Jobs in mode (c)'s burst")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--dir", help=argparse.SUPPRESS)
     parser.add_argument("--server-cpu", type=int, help=argparse.SUPPRESS)
@@ -767,6 +781,12 @@ def main() -> int:
     if args.serve:
         asyncio.run(_serve_kueue(args) if args.kueue else _serve(args))
         return 0
+    if args.real:
+        import dispatch_real  # the sibling script: this file's directory leads sys.path
+
+        return dispatch_real.main(
+            ["-N", str(args.real_jobs)] + (["--json", args.json] if args.json else [])
+        )
     figures = asyncio.run(run(args))
     print(report(figures))
     if args.json:

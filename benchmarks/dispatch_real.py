@@ -40,10 +40,19 @@ from typing import Any
 
 import anyio
 
-from dispatcher.sandbox.real.mix import Dispatcher, run_mix
+from dispatcher.sandbox.real.mix import MILESTONES, Dispatcher, MixOutcome, run_mix
 from dispatcher.sandbox.topology import WorkloadLine, default_topology
 
 DISPATCHERS: tuple[Dispatcher, ...] = ("external", "all-at-once")
+STAGES = {
+    "created_at": "Job -> Workload (Kueue's Job reconciler, manager)",
+    "reserved_at": "-> quota reserved (Kueue's scheduler, manager)",
+    "nominated_at": "-> nominated (the dispatcher: decision and write)",
+    "copied_at": "-> copy on a worker (MultiKueue, through the worker's client)",
+    "copy_admitted_at": "-> copy admitted (the worker's Kueue)",
+    "admitted_at": "-> clusterName (MultiKueue reads the admission back)",
+}
+"""Each milestone of :data:`MILESTONES` and who moves a workload to it from the one before."""
 
 
 def burst(n: int) -> list[WorkloadLine]:
@@ -89,7 +98,45 @@ async def measure(dispatcher: Dispatcher, n: int, deadline: float) -> dict[str, 
         "last_admission_s": _round(max(admitted_at) - outcome.started) if admitted_at else None,
         "copies_per_admitted": round(outcome.copies_per_admitted, 2),
         "stuck_events": outcome.stuck_events,
+        "cpu_seconds": round(outcome.cpu_seconds, 2),
+        "stages": stages(outcome),
     }
+
+
+def stages(outcome: MixOutcome) -> list[dict[str, Any]]:
+    """Where the time goes: per milestone, when the burst passed it (the last workload, and the
+    median one, in seconds from the submission) and how long a workload spent reaching it from
+    the milestone before (median and p90 over the workloads seen at both)."""
+    out: list[dict[str, Any]] = []
+    previous: str | None = None
+    for milestone in MILESTONES:
+        passed = outcome.passed(milestone)
+        spent = sorted(
+            getattr(f, milestone) - (getattr(f, previous) if previous else outcome.started)
+            for f in outcome.followed.values()
+            if getattr(f, milestone) is not None
+            and (previous is None or getattr(f, previous) is not None)
+        )
+        out.append(
+            {
+                "milestone": milestone,
+                "stage": STAGES[milestone],
+                "seen": len(passed),
+                "median_at_s": _round(_quantile(passed, 0.5)),
+                "last_at_s": _round(passed[-1]) if passed else None,
+                "spent_p50_s": _round(_quantile(spent, 0.5)),
+                "spent_p90_s": _round(_quantile(spent, 0.9)),
+            }
+        )
+        previous = milestone
+    return out
+
+
+def _quantile(values: list[float], fraction: float) -> float | None:
+    """The nearest-rank quantile of sorted ``values`` (None when empty)."""
+    if not values:
+        return None
+    return values[min(len(values) - 1, max(0, round(fraction * len(values)) - 1))]
 
 
 def _round(value: float | None) -> float | None:
@@ -104,8 +151,20 @@ def report(runs: list[dict[str, Any]]) -> str:
             f"  {run['dispatcher']:<12} admitted {run['admitted']}/{run['submitted']}  "
             f"nominations/s {run['nominations_per_s']}  admissions/s {run['admissions_per_s']}  "
             f"copies/admitted {run['copies_per_admitted']}  last admission "
-            f"{run['last_admission_s']} s  stuck events {run['stuck_events']}"
+            f"{run['last_admission_s']} s  stuck events {run['stuck_events']}  "
+            f"CPU of this process {run['cpu_seconds']} s"
         )
+    for run in runs:
+        lines.append(
+            f"  where the time goes, {run['dispatcher']} (s from submission; spent: since "
+            "the milestone before, p50/p90):"
+        )
+        for stage in run["stages"]:
+            lines.append(
+                f"    {stage['stage']:<62} seen {stage['seen']:>4}  median at "
+                f"{stage['median_at_s']}  last at {stage['last_at_s']}  spent "
+                f"{stage['spent_p50_s']}/{stage['spent_p90_s']}"
+            )
     if len(runs) == 2 and runs[0]["admissions_per_s"] and runs[1]["admissions_per_s"]:
         ratio = runs[0]["admissions_per_s"] / runs[1]["admissions_per_s"]
         lines.append(
@@ -114,14 +173,14 @@ def report(runs: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
-    """Command line."""
+def main(argv: list[str] | None = None) -> int:
+    """Command line (``argv``: the arguments, default ``sys.argv[1:]``)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-N", type=int, default=300, help="Jobs in the burst")
     parser.add_argument("--only", choices=DISPATCHERS, help="run one dispatcher only")
     parser.add_argument("--deadline", type=float, default=900.0)
     parser.add_argument("--json", metavar="FILE")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     chosen = [args.only] if args.only else list(DISPATCHERS)
     runs = [anyio.run(measure, d, args.N, args.deadline) for d in chosen]
     figures = {

@@ -78,3 +78,48 @@ def test_copies_count_whichever_stream_comes_first(copies_first: bool) -> None:
     item = observer.followed["team-a/job"]
     assert (item.copies, item.admitted_copy_on) == ({"worker1", "worker2"}, "worker1")
     assert observer.early == {}
+
+
+def _reserved(obj: dict[str, Any]) -> dict[str, Any]:
+    obj["status"]["conditions"] = [{"type": "QuotaReserved", "status": "True"}]
+    return obj
+
+
+def _unnominated() -> dict[str, Any]:
+    obj = _manager_workload()
+    obj["status"] = {}
+    return obj
+
+
+def test_milestones_are_the_times_each_was_first_seen_an_early_copy_keeping_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where the time goes (``benchmarks/dispatch_real.py``): each milestone is the instant its
+    first evidence arrived, also for a copy seen before its manager Workload, and a later event
+    never moves one."""
+    clock = iter(float(t) for t in range(1, 100))
+    monkeypatch.setattr("dispatcher.sandbox.real.mix.time.monotonic", lambda: next(clock))
+    observer = _observer()
+    admitted = _manager_workload()
+    admitted["status"]["clusterName"] = "worker1"
+    events = [
+        ("manager", _unnominated()),  # t=1: created
+        ("manager", _reserved(_unnominated())),  # t=2: reserved
+        ("worker1", _copy(admitted=False)),  # t=3: the copy, before the nomination (two streams)
+        ("manager", _reserved(_manager_workload())),  # t=4: nominated
+        ("worker1", _copy(admitted=True)),  # t=5: copy admitted
+        ("worker2", _copy(admitted=True)),  # t=6: a second copy moves nothing
+        ("manager", _reserved(admitted)),  # t=7: clusterName
+        ("manager", _reserved(admitted)),  # t=8: moves nothing
+    ]
+    for cluster, obj in events:
+        observer._seen(cluster, obj)
+    item = observer.followed["team-a/job"]
+    assert (
+        item.created_at,
+        item.reserved_at,
+        item.copied_at,
+        item.nominated_at,
+        item.copy_admitted_at,
+        item.admitted_at,
+    ) == (1.0, 2.0, 3.0, 4.0, 5.0, 7.0)

@@ -16,6 +16,7 @@ Used by the pitfall-and-remedies test (``tests/real``) and its README table.
 from __future__ import annotations
 
 import logging
+import resource
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -56,6 +57,17 @@ def _job_of(workload: Mapping[str, Any]) -> str | None:
     return None
 
 
+MILESTONES = (
+    "created_at",
+    "reserved_at",
+    "nominated_at",
+    "copied_at",
+    "copy_admitted_at",
+    "admitted_at",
+)
+"""A workload's way through MultiKueue, in order (the ``*_at`` fields of :class:`Followed`)."""
+
+
 @dataclass
 class Followed:
     """What was seen of one submitted Job's Workload."""
@@ -66,10 +78,21 @@ class Followed:
     copies: set[str] = field(default_factory=set)
     admitted_copy_on: str | None = None
     last: Obj | None = None
+    created_at: float | None = None
+    """When the manager Workload was first seen (Kueue's Job reconciler made it); every
+    ``*_at`` is ``time.monotonic()`` in this process, taken when the watch event arrived."""
+    reserved_at: float | None = None
+    """When the manager Workload was first seen with ``QuotaReserved`` (Kueue's scheduler)."""
     nominated_at: float | None = None
-    """When the manager Workload was first seen nominated (``time.monotonic()``)."""
+    """When the manager Workload was first seen nominated (the dispatcher's write)."""
+    copied_at: float | None = None
+    """When its first remote copy was seen on a worker (Kueue's MultiKueue controller created
+    it through that worker's client)."""
+    copy_admitted_at: float | None = None
+    """When a worker was first seen to have admitted its copy (that worker's Kueue)."""
     admitted_at: float | None = None
-    """When the manager Workload was first seen with ``clusterName`` (``time.monotonic()``)."""
+    """When the manager Workload was first seen with ``clusterName`` (MultiKueue read the
+    admission back through the worker's client)."""
 
 
 @dataclass
@@ -90,6 +113,16 @@ class MixOutcome:
     followed: dict[str, Followed]
     started: float = 0.0
     """When the submission began (``time.monotonic()``)."""
+    cpu_seconds: float = 0.0
+    """This process's CPU time (user + system) from the submission to the end of the run: the
+    dispatcher's (when it runs, in this event loop) and the observer's informers."""
+
+    def passed(self, attribute: str) -> list[float]:
+        """The seconds from the submission at which each workload was first seen at the
+        milestone ``attribute`` (one of :data:`MILESTONES`), in order; those never seen there
+        are left out."""
+        times = (getattr(f, attribute) for f in self.followed.values())
+        return sorted(t - self.started for t in times if t is not None)
 
     def rate(self, attribute: str) -> float | None:
         """Workloads per second from the submission to the last one ``attribute``
@@ -111,7 +144,7 @@ class _Observer:
         self.jobs = jobs
         self.followed: dict[str, Followed] = {j: Followed() for j in jobs}
         self.by_workload: dict[str, str] = {}
-        self.early: dict[str, list[tuple[str, bool]]] = {}
+        self.early: dict[str, list[tuple[str, bool, float]]] = {}
         """Copies seen (worker, admitted) before their manager Workload: the watches of the
         clusters are separate streams, and a copy AllAtOnce made on a worker that did not win
         may be gone before its next event."""
@@ -143,12 +176,16 @@ class _Observer:
             self.by_workload[key] = job
             item = self.followed[job]
             item.workload = key
-            for worker, admitted in self.early.pop(key, []):
-                self._copy_seen(item, worker, admitted)
+            for worker, admitted, at in self.early.pop(key, []):
+                self._copy_seen(item, worker, admitted, at)
             item.last = obj
             status = obj.get("status") or {}
             cluster_name = status.get("clusterName")
             now = time.monotonic()
+            if item.created_at is None:
+                item.created_at = now
+            if _true(obj, "QuotaReserved") and item.reserved_at is None:
+                item.reserved_at = now
             if status.get("nominatedClusterNames") and item.nominated_at is None:
                 item.nominated_at = now
             if cluster_name:
@@ -160,16 +197,21 @@ class _Observer:
         if not (meta.get("labels") or {}).get(ORIGIN_LABEL):
             return
         job = self.by_workload.get(key)
+        now = time.monotonic()
         if job is None:
-            self.early.setdefault(key, []).append((cluster, _true(obj, "Admitted")))
+            self.early.setdefault(key, []).append((cluster, _true(obj, "Admitted"), now))
             return
-        self._copy_seen(self.followed[job], cluster, _true(obj, "Admitted"))
+        self._copy_seen(self.followed[job], cluster, _true(obj, "Admitted"), now)
 
     @staticmethod
-    def _copy_seen(item: Followed, cluster: str, admitted: bool) -> None:
+    def _copy_seen(item: Followed, cluster: str, admitted: bool, at: float) -> None:
         item.copies.add(cluster)
+        if item.copied_at is None:
+            item.copied_at = at
         if admitted:
             item.admitted_copy_on = cluster
+            if item.copy_admitted_at is None:
+                item.copy_admitted_at = at
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         async with anyio.create_task_group() as group:
@@ -234,6 +276,7 @@ async def run_mix(
                     {"log_level": "warning"} | dict(settings or {}),
                 )
             started = time.monotonic()
+            cpu_started = _cpu()
             async with running.plane.manager.client("mkd-real-mix-submit") as api:
                 await submit_workloads(api, lines, topology)
 
@@ -254,6 +297,7 @@ async def run_mix(
                 settle,
             )
             seconds = time.monotonic() - started
+            cpu_seconds = _cpu() - cpu_started
             async with running.plane.manager.client("mkd-real-mix-events") as api:
                 events = await api.request("GET", "/api/v1/events")
             stuck = sum(1 for e in events.get("items") or [] if e.get("reason") == "AdmissionStuck")
@@ -275,7 +319,13 @@ async def run_mix(
         seconds=seconds,
         followed=followed,
         started=started,
+        cpu_seconds=cpu_seconds,
     )
+
+
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 @dataclass
