@@ -56,8 +56,17 @@ async def test_a_copy_preempted_on_its_worker_is_replaced_not_reused(backend: Ba
         lambda: cluster_of(backend.workload(LOW)) == "worker2", f"{LOW} admitted on worker2", long
     )
     await backend.submit(gpu_job(HIGH, "high", None))
+    # Admitted on the manager too, not only clusterName: the check turns Ready with clusterName
+    # (C28 step 3) and the core workload controller writes Admitted after (C72). HIGH is deleted
+    # below as soon as LOW's fresh copy waits, which on real Kueue came before that second write
+    # once (CI at 593cea4: Admitted on one backend only).
     await backend.wait_for(
-        lambda: cluster_of(backend.workload(HIGH)) == "worker2", f"{HIGH} admitted", long
+        lambda: (
+            cluster_of(backend.workload(HIGH)) == "worker2"
+            and is_true(backend.workload(HIGH), "Admitted")
+        ),
+        f"{HIGH} admitted",
+        long,
     )
 
     # C26: the manager evicted and requeued the low Job; it is nominated again later.
