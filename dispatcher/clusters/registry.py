@@ -151,6 +151,26 @@ class Worker:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class _Verdict:
+    """A worker's activeness and its inputs: objects compared by identity (a cache replaces
+    an object on every change), values by equality."""
+
+    inputs: tuple[Any, ...]
+    verdict: Activeness
+
+    def same(self, inputs: tuple[Any, ...]) -> bool:
+        mkc, state, message, mirror, listed, connected = self.inputs
+        return (
+            inputs[0] is mkc
+            and inputs[1] is state
+            and inputs[2] == message
+            and inputs[3] is mirror
+            and inputs[4] == listed
+            and inputs[5] == connected
+        )
+
+
 @dataclass(frozen=True)
 class Candidate:
     """A cluster of a MultiKueueConfig, as the controller sees it for one decision."""
@@ -247,6 +267,10 @@ class ClusterRegistry:
         """How long a synced worker mirror may be disconnected before the worker is lost for
         dispatch (see :mod:`dispatcher.clusters.activeness`)."""
         self.workers: dict[str, Worker] = {}
+        self._verdicts: dict[str, _Verdict] = {}
+        """The last activeness verdict of each fresh worker, with what it was judged from."""
+        self.judged = 0
+        """Activeness verdicts computed, not reused (operation-count tests)."""
         self._clock = clock
         self._settings = watch_settings or WatchSettings()
         self._reconnect = reconnect or BackoffPolicy(initial=1.0, maximum=60.0)
@@ -555,6 +579,31 @@ class ClusterRegistry:
         return found, problem
 
     def _judge(self, mkc: Mapping[str, Any], worker: Worker | None) -> Activeness:
+        """:func:`judge` of one worker. Every decision reads each candidate's verdict; a fresh
+        worker's (connected, never stale: no clock in it) is reused until one of its inputs is
+        replaced (the cached MultiKueueCluster object, the connection state, the mirror) or
+        changes (the state's message, the mirror listed or connected)."""
+        if worker is None or worker.stale_since is not None:
+            self._verdicts.pop(worker.name if worker is not None else "", None)
+            return self._judge_now(mkc, worker)
+        mirror = worker.mirror
+        inputs = (
+            mkc,
+            worker.state,
+            worker.state.message,
+            mirror,
+            mirror is not None and mirror.listed,
+            worker.connected,
+        )
+        cached = self._verdicts.get(worker.name)
+        if cached is not None and cached.same(inputs):
+            return cached.verdict
+        verdict = self._judge_now(mkc, worker)
+        self._verdicts[worker.name] = _Verdict(inputs, verdict)
+        return verdict
+
+    def _judge_now(self, mkc: Mapping[str, Any], worker: Worker | None) -> Activeness:
+        self.judged += 1
         return judge(
             _condition(mkc, "Active"),
             worker.health() if worker is not None else None,

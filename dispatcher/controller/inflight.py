@@ -35,12 +35,24 @@ class InFlight:
         # decisions read every candidate cluster, but a nomination changes only one or a few,
         # so the others are not re-sorted (a burst would otherwise be quadratic).
         self._ordered: dict[str, tuple[tuple[QueuedWorkload, ...], float]] = {}
+        self._changed: set[str] = set()
+
+    def _touch(self, cluster: str) -> None:
+        """``cluster``'s entries changed: its order is rebuilt when next read."""
+        self._ordered.pop(cluster, None)
+        self._changed.add(cluster)
+
+    def changed(self) -> set[str]:
+        """The clusters whose entries changed since the last call (the in-flight gauge
+        publishes only those: a write changes one or a few of many)."""
+        changed, self._changed = self._changed, set()
+        return changed
 
     def record(self, clusters: tuple[str, ...], workload: QueuedWorkload, now: float) -> None:
         """The workload is now nominated to exactly ``clusters``."""
         for cluster, entries in self._entries.items():
             if cluster not in clusters and entries.pop(workload.key, None) is not None:
-                self._ordered.pop(cluster, None)
+                self._touch(cluster)
         for cluster in clusters:
             entries = self._entries.setdefault(cluster, {})
             previous = entries.get(workload.key)
@@ -48,20 +60,20 @@ class InFlight:
             entry = InFlightEntry(cluster, workload, since)
             if previous != entry:
                 entries[workload.key] = entry
-                self._ordered.pop(cluster, None)
+                self._touch(cluster)
 
     def settle(self, cluster: str, key: str) -> bool:
         """The worker reserved quota for ``key`` (or the copy is gone): drop that entry."""
         if self._entries.get(cluster, {}).pop(key, None) is None:
             return False
-        self._ordered.pop(cluster, None)
+        self._touch(cluster)
         return True
 
     def forget(self, key: str) -> None:
         """Drop ``key`` everywhere (admitted, evicted, deleted, no longer eligible)."""
         for cluster, entries in self._entries.items():
             if entries.pop(key, None) is not None:
-                self._ordered.pop(cluster, None)
+                self._touch(cluster)
 
     def on(self, cluster: str, now: float) -> tuple[QueuedWorkload, ...]:
         """Unexpired in-flight workloads on ``cluster``, oldest first."""
@@ -72,6 +84,7 @@ class InFlight:
         for key, entry in list(entries.items()):
             if now - entry.since > self.expiry_seconds:
                 del entries[key]
+                self._changed.add(cluster)
         ordered = sorted(entries.values(), key=lambda e: (e.since, e.workload.key))
         oldest = ordered[0].since if ordered else now
         workloads = tuple(e.workload for e in ordered)

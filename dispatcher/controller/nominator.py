@@ -221,6 +221,8 @@ class Nominator:
         self._limiter = anyio.CapacityLimiter(max(1, self.config.workers))
         self._decision_lock = anyio.Lock()
         self._published_states: set[str] = set()
+        self._in_flight_published: set[str] = set()
+        """Clusters whose in-flight gauge was set (a worker's first is set at 0)."""
         self._retrying: set[str] = set()
         """Keys whose last reconcile got no usable decision (timed out, failed, withheld):
         retried with the queue's backoff, which a success resets."""
@@ -1407,11 +1409,17 @@ class Nominator:
             )
 
     def _publish_in_flight(self) -> None:
+        """Set the in-flight gauge of the clusters whose ledger changed since the last call,
+        and of workers never published yet (at 0): a write changes one or a few clusters'."""
         if self.metrics is None:
             return
         now = self._now()
-        for cluster in set(self.registry.workers) | set(self.in_flight.clusters()):
+        clusters = self.in_flight.changed() | (
+            set(self.registry.workers) - self._in_flight_published
+        )
+        for cluster in clusters:
             self.metrics.set_in_flight(cluster, self.in_flight.count(cluster, now))
+        self._in_flight_published |= clusters
 
     def publish_connection_states(self) -> None:
         """Export every worker's connection state as a metric (called on every change)."""
@@ -1430,6 +1438,7 @@ class Nominator:
             )
         for name in self._published_states - set(states):
             self.metrics.forget_cluster(name)  # its MultiKueueCluster was deleted
+            self._in_flight_published.discard(name)
         self._published_states = set(states)
 
     def _event_once(

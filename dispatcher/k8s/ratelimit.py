@@ -36,6 +36,8 @@ class TokenBucket:
         self._lock = anyio.Lock()
         self.waited = 0.0
         """Seconds callers spent waiting in total (for tests and metrics)."""
+        self.immediate = 0
+        """Tokens taken at once, with nobody waiting and without the lock (for tests)."""
 
     def _refill(self) -> None:
         now = self._clock()
@@ -45,6 +47,14 @@ class TokenBucket:
 
     async def acquire(self) -> None:
         """Take one token, waiting for it if the bucket is empty."""
+        if not self._lock.locked():
+            # Nobody waits (a waiter holds the lock while it sleeps), so a token at hand is
+            # taken at once, in arrival order still, without the lock's two task switches.
+            self._refill()
+            if self._tokens >= 1.0:
+                self._tokens -= 1.0
+                self.immediate += 1
+                return
         async with self._lock:
             self._refill()
             if self._tokens < 1.0:

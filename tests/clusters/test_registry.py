@@ -189,6 +189,23 @@ async def test_workers_from_secrets_connect_and_are_candidates() -> None:
         assert found[1].labels == {"team": "ml"}
         assert "Active=False" in found[0].reason
 
+        # Issue 15 (operation count): every decision reads each candidate's verdict; a fresh
+        # worker's is reused until an input of it changes, a stale one's (it has a clock in it)
+        # is judged at every read.
+        judged = env.registry.judged
+        for _ in range(10):
+            env.registry.candidates("mk")
+        assert env.registry.judged == judged, "nothing changed: both verdicts reused"
+        await env.set_active("w2", True)
+        await env.wait(lambda: all(c.active for c in env.registry.candidates("mk")[0]))
+        assert env.registry.judged == judged + 1, "w2's MultiKueueCluster changed, w1 nothing"
+        await env.workers["w1"].down()
+        await env.wait(lambda: env.registry.workers["w1"].stale_since is not None)
+        judged = env.registry.judged
+        env.registry.candidates("mk")
+        env.registry.candidates("mk")
+        assert env.registry.judged == judged + 2, "w1 is stale: judged at each read"
+
 
 @pytest.mark.parametrize(
     ("make_secret", "location_type", "reason", "message"),

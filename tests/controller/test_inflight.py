@@ -60,3 +60,24 @@ def test_ordered_view_is_reused_until_the_cluster_changes() -> None:
     assert [w.key for w in ledger.on("a", now=5)] == ["ns/1"]
     assert ledger.on("a", now=61) == ()  # expiry still applies to a cached view
     assert ledger.count("b", now=61) == 1
+
+
+def test_changed_names_each_cluster_whose_entries_changed_once() -> None:
+    """The in-flight gauge publishes only these (issue 15: a write changes one or a few of
+    many clusters); a no-op record and a read that drops nothing change nothing."""
+    ledger = InFlight(expiry_seconds=60)
+    ledger.record(("a", "b"), wl("ns/w"), now=0)
+    assert ledger.changed() == {"a", "b"}
+    assert ledger.changed() == set()
+    ledger.record(("a", "b"), wl("ns/w"), now=1)  # the same nomination again
+    ledger.on("a", now=2)
+    assert ledger.changed() == set()
+    ledger.record(("c",), wl("ns/w"), now=3)  # moved: a and b lose it, c gains it
+    assert ledger.changed() == {"a", "b", "c"}
+    ledger.record(("d",), wl("ns/x"), now=4)
+    ledger.changed()
+    ledger.on("d", now=100)  # expired on read
+    assert ledger.changed() == {"d"}
+    ledger.settle("c", "ns/w")
+    ledger.forget("ns/none")
+    assert ledger.changed() == {"c"}

@@ -20,7 +20,7 @@ import anyio
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest
+from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest, QueuedWorkload
 from dispatcher.clusters.registry import ClusterRegistry
 from dispatcher.controller import nominator as nominator_module
 from dispatcher.controller.config import ControllerConfig
@@ -357,3 +357,30 @@ async def test_a_refused_write_leaves_no_in_flight_capacity(status: int, kept: b
         assert fault.fired == 1
         assert env.nominator.in_flight.clusters_of(KEY) == (("w1",) if kept else ())
         assert env.errors() == {}  # counted by the loop that ran the reconcile, not here
+
+
+async def test_a_write_publishes_the_in_flight_gauge_of_the_clusters_it_changed_only() -> None:
+    """Issue 15 (operation count): with other workloads in flight on four more clusters, the
+    nomination of one workload to w1 sets the gauge of w1 alone, not of every cluster."""
+    async with loop(nominate_w1, run=False) as env:
+        for cluster in ("w2", "w3", "w4", "w5"):
+            env.nominator.in_flight.record(
+                (cluster,), QueuedWorkload(key=f"team-a/other-{cluster}"), env.nominator._now()
+            )
+        env.nominator._publish_in_flight()
+        published: list[tuple[str, int]] = []
+        set_in_flight = env.metrics.set_in_flight
+
+        def spy(cluster: str, count: int) -> None:
+            published.append((cluster, count))
+            set_in_flight(cluster, count)
+
+        env.metrics.set_in_flight = spy  # type: ignore[method-assign]
+        await env.nominator.reconcile(KEY)
+        await env.wait(lambda: env.nominated() == ("w1",))
+        assert published == [("w1", 1)]
+        gauge = {
+            labels["cluster"]: value
+            for labels, value in env.samples()["multikueue_dispatcher_in_flight_nominations"]
+        }
+        assert gauge == {"w1": 1.0, "w2": 1.0, "w3": 1.0, "w4": 1.0, "w5": 1.0}
