@@ -30,6 +30,7 @@ creates a copy on every worker, so it spends three worker clients on each Worklo
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import platform
@@ -84,7 +85,8 @@ async def measure(dispatcher: Dispatcher, n: int, deadline: float) -> dict[str, 
             dispatcher=dispatcher,
             time_scale=1.0,
             deadline=deadline,
-            settle=5.0,
+            settle=deadline,  # until every manager Workload has clusterName (Kueue reads
+            # the admissions back through the worker clients, behind the copies' creation)
         )
     nominated = sum(1 for f in outcome.followed.values() if f.nominated_at is not None)
     admitted_at = [f.admitted_at for f in outcome.followed.values() if f.admitted_at is not None]
@@ -99,6 +101,13 @@ async def measure(dispatcher: Dispatcher, n: int, deadline: float) -> dict[str, 
         "copies_per_admitted": round(outcome.copies_per_admitted, 2),
         "stuck_events": outcome.stuck_events,
         "cpu_seconds": round(outcome.cpu_seconds, 2),
+        "placed_on": dict(
+            sorted(
+                collections.Counter(
+                    f.cluster or f.admitted_copy_on or "nowhere" for f in outcome.followed.values()
+                ).items()
+            )
+        ),
         "stages": stages(outcome),
     }
 
@@ -152,7 +161,7 @@ def report(runs: list[dict[str, Any]]) -> str:
             f"nominations/s {run['nominations_per_s']}  admissions/s {run['admissions_per_s']}  "
             f"copies/admitted {run['copies_per_admitted']}  last admission "
             f"{run['last_admission_s']} s  stuck events {run['stuck_events']}  "
-            f"CPU of this process {run['cpu_seconds']} s"
+            f"CPU of this process {run['cpu_seconds']} s  placed on {run['placed_on']}"
         )
     for run in runs:
         lines.append(
