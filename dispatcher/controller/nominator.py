@@ -1321,6 +1321,7 @@ class Nominator:
             # Time from quota reservation on the manager (when the workload started waiting
             # for a worker) to admission on a worker (the metric's documented meaning).
             record.admission_reported = True
+            self.stuck.admission_recorded(str(cluster), self._now())
             admitted = _transition_time(workload, "Admitted") or self._now()
             reserved = _transition_time(workload, "QuotaReserved") or record.first_nominated_at
             if self.metrics is not None:

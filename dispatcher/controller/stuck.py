@@ -51,6 +51,14 @@ class StuckDetector:
         self._events = events
         self._config = config
         self._metrics = metrics
+        self._recorded: dict[str, float] = {}
+        """When Kueue last recorded an admission on each worker (clusterName set on a manager
+        Workload we nominated there), on the nominator's clock."""
+
+    def admission_recorded(self, cluster: str, now: float) -> None:
+        """Kueue recorded an admission on ``cluster`` at ``now``: it is making progress there."""
+        if now > self._recorded.get(cluster, float("-inf")):
+            self._recorded[cluster] = now
 
     async def check_admitted(
         self,
@@ -61,7 +69,8 @@ class StuckDetector:
         now: float,
     ) -> None:
         """Report the field-manager pitfall (C43): admitted on a nominated worker long ago, yet
-        Kueue never set ``clusterName`` on the manager."""
+        Kueue never set ``clusterName`` on the manager, nor recorded any other admission on that
+        worker for as long (a Kueue that records others is behind, not refusing)."""
         if record.stuck_reported:
             return
         for cluster in current:
@@ -73,6 +82,15 @@ class StuckDetector:
                 # Nothing else may wake this workload up (the rejected admission write changes
                 # nothing we watch): look again when it would count as stuck.
                 self._queue.add_after(key, self._config.stuck_after_seconds - (now - since))
+                continue
+            recorded = self._recorded.get(cluster)
+            if recorded is not None and now - recorded < self._config.stuck_after_seconds:
+                # Kueue recorded another admission on this worker lately: it is working through
+                # a backlog of its worker clients (v0.19's 5 QPS per worker: about 110 s from a
+                # copy's admission to clusterName in a 300-Job burst on real Kueue), not refusing
+                # the write, which the pitfall refuses for every workload. Look again once that
+                # progress is as old as the threshold.
+                self._queue.add_after(key, self._config.stuck_after_seconds - (now - recorded))
                 continue
             cause = await self.cause(cluster, workload)
             if cause is None:

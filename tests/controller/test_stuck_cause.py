@@ -16,8 +16,10 @@ from typing import Any
 import pytest
 from controller_kit import world
 
-from dispatcher.controller.records import PITFALL_ADVICE
-from dispatcher.controller.stuck import WORKER_JOBS
+from dispatcher.controller.config import ControllerConfig
+from dispatcher.controller.records import PITFALL_ADVICE, Record, parse_time
+from dispatcher.controller.stuck import WORKER_JOBS, StuckDetector
+from dispatcher.controller.workqueue import WorkQueue
 
 
 def _manager_workload() -> dict[str, Any]:
@@ -80,3 +82,62 @@ async def test_the_workers_job_names_the_cause(
         else:
             assert cause is not None
             assert "already exists on w1 and was not created by this manager's Kueue" in cause
+
+
+class _Index:
+    def __init__(self, admitted: dict[str, str]) -> None:
+        self.admitted = admitted
+
+
+class _Events:
+    def __init__(self) -> None:
+        self.recorded: list[str] = []
+
+    def record(self, workload: Any, reason: str, message: str, kind: str) -> None:
+        self.recorded.append(reason)
+
+
+class _Registry:
+    workers: dict[str, Any] = {}
+
+
+COPY_ADMITTED = "2026-12-04T10:00:00Z"
+
+
+@pytest.mark.parametrize(
+    ("recorded", "reported"),
+    [
+        pytest.param(None, True, id="no-admission-recorded-on-w1-stuck"),
+        pytest.param(("w1", 55.0), False, id="w1-recorded-another-5s-ago-behind"),
+        pytest.param(("w2", 55.0), True, id="progress-on-another-worker-stuck"),
+        pytest.param(("w1", 20.0), True, id="w1-last-recorded-40s-ago-stuck"),
+    ],
+)
+async def test_a_worker_whose_admissions_kueue_records_is_behind_not_stuck(
+    recorded: tuple[str, float] | None, reported: bool
+) -> None:
+    """The copy on w1 was admitted 60 s ago (the threshold: 15 s) and the manager has no
+    clusterName. Under the pitfall Kueue records no admission of ours anywhere; one that it
+    recorded on w1 within the threshold says Kueue is working through its worker clients'
+    backlog (the 300-Job burst on real Kueue v0.19.2: 88 false reports of 300 before this)."""
+    base = parse_time(COPY_ADMITTED)
+    assert base is not None
+    queue = WorkQueue(clock=lambda: 0.0)
+    events = _Events()
+    detector = StuckDetector(
+        registry=_Registry(),  # type: ignore[arg-type]
+        index=lambda cluster: _Index({"default/wl": COPY_ADMITTED}),  # type: ignore[arg-type,return-value]
+        queue=queue,
+        events=events,  # type: ignore[arg-type]
+        config=ControllerConfig(stuck_after_seconds=15.0),
+        metrics=None,
+    )
+    if recorded is not None:
+        cluster, at = recorded
+        detector.admission_recorded(cluster, base + at)
+    record = Record()
+    await detector.check_admitted("default/wl", _manager_workload(), record, ("w1",), base + 60)
+    assert (record.stuck_reported, events.recorded) == (
+        (True, ["AdmissionStuck"]) if reported else (False, [])
+    )
+    assert queue.deadline("default/wl") == (None if reported else 10.0)
