@@ -155,13 +155,24 @@ def _compute_fit(
     if cluster.cluster_queue is None:
         return _fit_uncached(request, cluster)
     derived = cluster.derived
+    if shape is _UNSET:
+        shape = _shape(request.pod_sets)
+    by_priority = derived.get("fits-by-priority")
+    if by_priority is not None:
+        # The common case in one lookup: a request of a known shape and priority that is
+        # neither in flight nor pending on this cluster (its fit then depends on nothing else).
+        hit = by_priority.get((shape, request.priority))
+        if (
+            hit is not None
+            and request.key not in derived["in-flight-keys"]
+            and request.key not in derived["pending-keys"]
+        ):
+            return hit
     in_flight = derived.get("in-flight-keys")
     if in_flight is None:
         in_flight = derived["in-flight-keys"] = frozenset(o.key for o in cluster.in_flight)
     if request.key in in_flight:
         return _fit_uncached(request, cluster)
-    if shape is _UNSET:
-        shape = _shape(request.pod_sets)
     if shape is None:
         return _fit_uncached(request, cluster)
     fits: dict[Any, ClusterFit] = derived.setdefault("fits", {})
@@ -178,6 +189,8 @@ def _compute_fit(
     counted = with_ahead.get((shape, ahead))
     if counted is None:
         counted = with_ahead[(shape, ahead)] = dataclasses.replace(cached, queued_ahead=ahead)
+    if request.key not in derived["pending-keys"]:
+        derived.setdefault("fits-by-priority", {})[(shape, request.priority)] = counted
     return counted
 
 
@@ -515,11 +528,13 @@ class Pipeline:
 
         tiers = sorted({c.tier for comps in components.values() for c in comps})
 
+        tier_index = {t: i for i, t in enumerate(tiers)}
+
         def rank_key(snap: ClusterSnapshot) -> tuple[float | int | str, ...]:
-            sums = dict.fromkeys(tiers, 0.0)
+            negated = [0.0] * len(tiers)  # each tier's weighted sum, negated: best first
             for c in components[snap.name]:
-                sums[c.tier] += c.value * c.weight
-            return (*(-sums[t] for t in tiers), snap.order, snap.name)
+                negated[tier_index[c.tier]] -= c.value * c.weight
+            return (*negated, snap.order, snap.name)
 
         ranked = sorted(alive, key=rank_key)
         kept_names = {s.name for s in ranked}

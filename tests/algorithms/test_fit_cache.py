@@ -98,3 +98,21 @@ def test_the_counted_fit_is_shared_by_requests_of_one_shape_and_queue(
     low = StageContext(make_request("low", gpus=2, priority=-1), [cluster]).fit(cluster)
     assert low.queued_ahead == 4  # every pending workload is ahead of it
     assert assignments[0] == 2  # the shape's assignments, once for all six
+
+
+def test_a_known_shape_and_priority_is_one_lookup(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 15 (decision cost at 100 clusters): a request of a shape and priority the snapshot
+    has served, neither pending nor in flight there, does not count the queue ahead again; one
+    that is pending there (its own place in the queue) does."""
+    counted: list[str] = []
+    ahead = stages._pending_ahead
+
+    def spy(cluster: Any, request: Any) -> int:
+        counted.append(request.key)
+        return ahead(cluster, request)
+
+    monkeypatch.setattr(stages, "_pending_ahead", spy)
+    cluster = make_cluster("w1", cpu=64, gpus=8, pending=pending(random.Random(7), 4))
+    for name in ("a", "b", "c", "p0"):
+        StageContext(make_request(name, gpus=1, priority=5), [cluster]).fit(cluster)
+    assert counted == ["default/a", "default/p0"]
