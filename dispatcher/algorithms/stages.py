@@ -157,7 +157,7 @@ def _compute_fit(
     derived = cluster.derived
     if shape is _UNSET:
         shape = _shape(request.pod_sets)
-    by_priority = derived.get("fits-by-priority")
+    by_priority: dict[Any, ClusterFit] | None = derived.get("fits-by-priority")
     if by_priority is not None:
         # The common case in one lookup: a request of a known shape and priority that is
         # neither in flight nor pending on this cluster (its fit then depends on nothing else).
