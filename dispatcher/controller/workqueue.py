@@ -9,13 +9,19 @@ handing out a key costs O(log n) in the number of delayed keys, never a scan of 
 key's deadline lives in a dict; a heap entry whose deadline is no longer the key's (the key was
 added earlier, or now) is stale and dropped when it reaches the top, and the heap is rebuilt when
 stale entries outnumber live ones, so its size stays proportional to the delayed keys.
+
+Waiting workers are woken one per queued key, as client-go's condition variable signals one
+waiter per ``Add``: a key never wakes every idle worker (which would each find the queue empty
+again and go back to waiting). One waiting worker at a time, the *timekeeper*, also waits for
+the earliest deadline; the others wait for keys only. An earlier deadline wakes the timekeeper
+alone (or, when there is none, one worker to become it).
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 
 import anyio
@@ -42,7 +48,15 @@ class WorkQueue:
         self._sequence = 0
         self.examined = 0
         """Heap entries looked at to promote due keys, in total (operation-count tests)."""
-        self._wakeup = anyio.Event()
+        self.wakeups = 0
+        """Waiting workers woken, in total (operation-count tests: at most one per key queued
+        or deadline moved earlier, however many workers wait)."""
+        self._waiters: deque[anyio.Event] = deque()
+        """Workers waiting for a key, oldest first."""
+        self._timekeeper: anyio.Event | None = None
+        """The waiting worker that also waits for the earliest deadline."""
+        self._timed = math.inf
+        """The deadline the timekeeper waits for."""
         self._base = base_delay
         self._max = max_delay
         self._clock = clock
@@ -71,19 +85,43 @@ class WorkQueue:
         """Entries in the deadline heap, stale ones included (bounded by the delayed keys)."""
         return len(self._heap)
 
-    def _wake(self) -> None:
-        self._wakeup.set()
-        self._wakeup = anyio.Event()
+    def _notify(self) -> None:
+        """A key is waiting: wake one waiting worker (the timekeeper when no other waits)."""
+        if self._waiters:
+            self._waiters.popleft().set()
+            self.wakeups += 1
+        elif self._timekeeper is not None and not self._timekeeper.is_set():
+            self._timekeeper.set()
+            self.wakeups += 1
+
+    def _reschedule(self, deadline: float) -> None:
+        """``deadline`` is earlier than the one waited for: wake the timekeeper to wait for it,
+        or, when no worker keeps time, one waiting worker to become the timekeeper."""
+        if deadline >= self._timed:
+            return
+        if self._timekeeper is not None:
+            if not self._timekeeper.is_set():
+                self._timekeeper.set()
+                self.wakeups += 1
+        elif self._waiters:
+            self._waiters.popleft().set()
+            self.wakeups += 1
 
     def add(self, key: str) -> None:
         """Queue ``key`` now (once); if it is being processed, queue it again after."""
+        if self._enqueue(key):
+            self._notify()
+
+    def _enqueue(self, key: str) -> bool:
+        """Queue ``key`` without waking anyone; whether it was newly queued."""
         self._deadlines.pop(key, None)
         if key in self._processing:
             self._dirty.add(key)
-            return
-        if key not in self._queue:
-            self._queue[key] = None
-            self._wake()
+            return False
+        if key in self._queue:
+            return False
+        self._queue[key] = None
+        return True
 
     def add_after(self, key: str, delay: float) -> None:
         """Queue ``key`` after ``delay`` seconds (an earlier pending deadline wins)."""
@@ -98,7 +136,7 @@ class WorkQueue:
             heapq.heappush(self._heap, (deadline, self._sequence, key))
             if len(self._heap) > 2 * len(self._deadlines) + 64:
                 self._compact()
-            self._wake()
+            self._reschedule(deadline)
 
     def _compact(self) -> None:
         """Drop the stale heap entries (keys added since, or given an earlier deadline)."""
@@ -139,7 +177,7 @@ class WorkQueue:
                 return deadline
             heapq.heappop(heap)
             del self._deadlines[key]
-            self.add(key)
+            self._enqueue(key)  # the caller takes one and wakes a worker for the rest
         return None
 
     async def get(self) -> str:
@@ -151,13 +189,47 @@ class WorkQueue:
             if self._queue:
                 key, _ = self._queue.popitem(last=False)
                 self._processing.add(key)
+                if self._queue:
+                    self._notify()  # more keys (promoted together): the next worker
+                elif self._timekeeper is None and next_deadline is not None:
+                    self._reschedule(next_deadline)  # someone else keeps the time now
                 return key
-            wakeup = self._wakeup
-            if next_deadline is None:
-                await wakeup.wait()
+            waiter = anyio.Event()
+            if next_deadline is not None and self._timekeeper is None:
+                await self._keep_time(waiter, next_deadline)
             else:
-                with anyio.move_on_after(max(0.0, next_deadline - self._clock())):
-                    await wakeup.wait()
+                await self._wait(waiter)
+
+    async def _wait(self, waiter: anyio.Event) -> None:
+        """Wait for a key (or an earlier deadline to keep the time for)."""
+        self._waiters.append(waiter)
+        try:
+            await waiter.wait()
+        except BaseException:
+            if waiter.is_set():
+                # Woken, then cancelled before it ran: hand what it was woken for on.
+                if self._queue:
+                    self._notify()
+                elif self._deadlines and self._timekeeper is None:
+                    self._reschedule(min(self._deadlines.values()))
+            else:
+                self._waiters.remove(waiter)
+            raise
+
+    async def _keep_time(self, waiter: anyio.Event, deadline: float) -> None:
+        """Wait for a key or until ``deadline`` (the earliest), as the timekeeper."""
+        self._timekeeper, self._timed = waiter, deadline
+        try:
+            with anyio.move_on_after(max(0.0, deadline - self._clock())):
+                await waiter.wait()
+        except BaseException:
+            self._timekeeper, self._timed = None, math.inf
+            if self._queue:
+                self._notify()
+            elif self._deadlines:
+                self._reschedule(min(self._deadlines.values()))
+            raise
+        self._timekeeper, self._timed = None, math.inf
 
     def done(self, key: str) -> None:
         """Finish processing ``key``; queue it again if it was added meanwhile."""
@@ -169,4 +241,7 @@ class WorkQueue:
     def close(self) -> None:
         """Stop handing out keys: waiting and future :meth:`get` calls raise ``EndOfStream``."""
         self._closed = True
-        self._wake()
+        while self._waiters:
+            self._waiters.popleft().set()
+        if self._timekeeper is not None:
+            self._timekeeper.set()

@@ -144,3 +144,112 @@ async def test_due_keys_come_out_in_deadline_order_and_stale_entries_are_bounded
     with anyio.fail_after(2):
         assert [await queue.get() for _ in order] == [f"k{i}" for i in range(10)]
     assert queue.delayed == 0
+
+
+class Taken:
+    """The keys the workers took, and an event set once ``expected`` of them were."""
+
+    def __init__(self, expected: int) -> None:
+        self.keys: list[str] = []
+        self.expected = expected
+        self.all = anyio.Event()
+
+    def append(self, key: str) -> None:
+        self.keys.append(key)
+        if len(self.keys) == self.expected:
+            self.all.set()
+
+
+async def _workers(queue: WorkQueue, count: int, seen: Taken, group: anyio.abc.TaskGroup) -> None:
+    """``count`` workers taking keys off ``queue`` (each recorded in ``seen``) until it closes."""
+
+    async def worker() -> None:
+        while True:
+            try:
+                key = await queue.get()
+            except anyio.EndOfStream:
+                return
+            seen.append(key)
+            queue.done(key)
+
+    for _ in range(count):
+        group.start_soon(worker)
+    await anyio.wait_all_tasks_blocked()
+
+
+@pytest.mark.parametrize("workers", [1, 4, 16], ids=["1-worker", "4-workers", "16-workers"])
+async def test_a_queued_key_wakes_one_waiting_worker_not_all(workers: int) -> None:
+    """Issue 15: each key queued while every worker waits wakes one of them (client-go's
+    ``Signal``), not every idle worker; the old queue woke all ``workers`` for each key."""
+    queue = WorkQueue()
+    seen = Taken(100)
+    async with anyio.create_task_group() as group:
+        await _workers(queue, workers, seen, group)
+        for i in range(100):
+            queue.add(f"k{i}")
+            await anyio.wait_all_tasks_blocked()
+        queue.close()
+    assert seen.keys == [f"k{i}" for i in range(100)]
+    assert queue.wakeups - workers <= 100  # close() wakes each waiting worker once more
+
+
+async def test_keys_queued_together_are_shared_and_none_is_left_waiting() -> None:
+    queue = WorkQueue()
+    seen = Taken(50)
+    async with anyio.create_task_group() as group:
+        await _workers(queue, 4, seen, group)
+        for i in range(50):
+            queue.add(f"k{i}")
+        with anyio.fail_after(5):
+            await seen.all.wait()
+        queue.close()
+    assert sorted(seen.keys) == sorted(f"k{i}" for i in range(50))
+    assert queue.wakeups - 4 <= 50
+
+
+async def test_earlier_deadlines_wake_only_the_timekeeper() -> None:
+    """Moving the earliest deadline forward wakes the one worker that keeps the time (at most
+    once per move), never the workers waiting for keys; the keys come out when due."""
+    queue = WorkQueue()
+    seen = Taken(21)
+    async with anyio.create_task_group() as group:
+        await _workers(queue, 4, seen, group)
+        queue.add_after("first", 0.2)  # no timekeeper yet: one waiting worker becomes it
+        await anyio.wait_all_tasks_blocked()
+        before = queue.wakeups
+        for i in range(20):
+            queue.add_after(f"d{i}", 0.15 - i * 0.005)  # each earlier than the last
+            await anyio.wait_all_tasks_blocked()
+        moved = queue.wakeups - before
+        with anyio.fail_after(5):
+            await seen.all.wait()
+        queue.close()
+    assert moved <= 20
+    assert sorted(seen.keys) == sorted(["first", *(f"d{i}" for i in range(20))])
+
+
+async def test_a_worker_cancelled_after_its_wake_up_passes_the_key_on() -> None:
+    """A worker woken for a key but cancelled before it could take it wakes the next one."""
+    queue = WorkQueue()
+    got: list[str] = []
+    async with anyio.create_task_group() as group:
+        cancelled = anyio.CancelScope()
+
+        async def first() -> None:
+            with cancelled:
+                await queue.get()
+                pytest.fail("the cancelled worker took the key")
+
+        async def second() -> None:
+            got.append(await queue.get())
+
+        group.start_soon(first)
+        await anyio.wait_all_tasks_blocked()
+        group.start_soon(second)
+        await anyio.wait_all_tasks_blocked()
+        cancelled.cancel()  # the oldest waiter is cancelled; before it runs ...
+        queue.add("k")  # ... the key wakes it: it must wake the next waiter instead
+        with anyio.fail_after(2):
+            while not got:
+                await anyio.wait_all_tasks_blocked()
+    assert got == ["k"]
