@@ -61,9 +61,11 @@ __all__ = [
 SHUTDOWN_SECONDS = 10.0
 
 
-def controller_config(settings: Settings) -> ControllerConfig:
-    """The nomination loop's part of the settings."""
+def controller_config(settings: Settings, host: PluginHost | None = None) -> ControllerConfig:
+    """The nomination loop's part of the settings; with the plugin ``host`` the pipeline runs,
+    whether its decisions may run on the event loop (built-in stages only)."""
     return ControllerConfig(
+        inline_decisions=host is not None and host.builtin_only(settings.algorithms),
         write_mode=settings.write_mode,
         field_manager=settings.field_manager,
         workers=settings.workers,
@@ -179,7 +181,7 @@ class Manager:
         self.nominator = Nominator(
             self.registry,
             build_decide(settings, self.host),
-            config=controller_config(settings),
+            config=controller_config(settings, self.host),
             metrics=self.metrics,
             tracer=self.tracer,
             # Events get a token bucket of their own with the manager client's settings, as

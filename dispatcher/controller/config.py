@@ -27,6 +27,12 @@ class ControllerConfig:
     workloads that can go there are re-queued: the events of a burst cost one re-queue each."""
     decision_timeout_seconds: float = 5.0
     """How long one decision (the plugin pipeline) may take before it is abandoned."""
+    inline_decisions: bool = False
+    """Run each decision on the event loop instead of in a worker thread with the
+    ``decision_timeout_seconds`` deadline: for a pipeline of built-in stages only
+    (:meth:`dispatcher.plugins.PluginHost.builtin_only`), which are pure, bounded and cannot
+    hang; the thread hop costs more than such a decision at 20 clusters. A pipeline with a
+    third-party stage or hook always runs in a thread."""
     stuck_after_seconds: float = 15.0
     """How long a copy may be Admitted on a worker without ``clusterName`` on the manager
     before the workload is reported stuck (the field-manager pitfall, C43)."""

@@ -219,6 +219,8 @@ class Nominator:
         """Our writes to manager Workloads, and the expectations of their echoes
         (:mod:`dispatcher.controller.writer`)."""
         self._limiter = anyio.CapacityLimiter(max(1, self.config.workers))
+        self.inline_decisions = 0
+        """Decisions run on the event loop, without a thread (operation counts)."""
         self._decision_lock = anyio.Lock()
         self._published_states: set[str] = set()
         self._in_flight_published: set[str] = set()
@@ -1342,16 +1344,21 @@ class Nominator:
         self, key: str, request: DispatchRequest, snapshots: list[ClusterSnapshot]
     ) -> Decision | None:
         """Run the pipeline in a worker thread with a deadline; a hung or failing plugin costs
-        this one decision, never the loop (the thread is abandoned on timeout)."""
+        this one decision, never the loop (the thread is abandoned on timeout). A pipeline of
+        built-in stages only runs on the loop (``ControllerConfig.inline_decisions``)."""
         try:
-            with anyio.fail_after(self.config.decision_timeout_seconds):
-                decision = await anyio.to_thread.run_sync(
-                    self.decide,
-                    request,
-                    snapshots,
-                    abandon_on_cancel=True,
-                    limiter=self._limiter,
-                )
+            if self.config.inline_decisions:
+                self.inline_decisions += 1
+                decision = self.decide(request, snapshots)
+            else:
+                with anyio.fail_after(self.config.decision_timeout_seconds):
+                    decision = await anyio.to_thread.run_sync(
+                        self.decide,
+                        request,
+                        snapshots,
+                        abandon_on_cancel=True,
+                        limiter=self._limiter,
+                    )
         except TimeoutError:
             log.error(
                 "workload %s: no decision within %.1fs (a plugin hangs?)",

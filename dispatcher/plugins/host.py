@@ -74,6 +74,13 @@ ENV_DISABLE_AUTOLOAD = "DISPATCHER_DISABLE_PLUGIN_AUTOLOAD"
 ENV_DISABLED_PLUGINS = "DISPATCHER_DISABLED_PLUGINS"
 """Comma-separated entry-point names of plugins to block."""
 BUILTIN_PLUGIN = "builtin"
+DECISION_HOOKS = (
+    "mkd_restrict_clusters",
+    "mkd_filter_cluster",
+    "mkd_score_cluster",
+    "mkd_on_decision",
+)
+"""The hooks a decision calls, besides its algorithms' own stages."""
 """Name under which the built-in algorithms are registered."""
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -431,6 +438,20 @@ class PluginHost:
             filters=tuple(filters),
             scorers=tuple(scorers),
             fail_closed=frozenset(fail_closed),
+        )
+
+    def builtin_only(self, names: Sequence[str]) -> bool:
+        """Whether the pipeline of the algorithms ``names`` runs only this package's own code:
+        every algorithm registered by the built-in plugin and no other plugin implementing a
+        decision hook (filter, restrict, score, on-decision). Such a pipeline is pure and
+        bounded, and the controller may run it without a thread and its deadline."""
+        available = self.algorithms()
+        if any(name not in available or available[name].plugin != BUILTIN_PLUGIN for name in names):
+            return False
+        return not any(
+            impl.plugin_name != BUILTIN_PLUGIN
+            for hook in DECISION_HOOKS
+            for impl in self._impls(hook)
         )
 
     def decide(

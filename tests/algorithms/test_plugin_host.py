@@ -302,3 +302,44 @@ def test_observers_see_every_decision() -> None:
     for name in ("a", "b"):
         host.decide(pipeline, make_request(name, cpu=1), _fleet())
     assert recorder.seen == [("default/a", ("w0",)), ("default/b", ("w0",))]
+
+
+class _AlgorithmsOnly:
+    """A third-party plugin that registers an algorithm and implements no decision hook."""
+
+    @hookimpl
+    def mkd_register_algorithms(self) -> Sequence[AlgorithmSpec[Any]]:
+        return [
+            AlgorithmSpec("third-party", "picks the first", NoOptions, lambda _: Stages()),
+        ]
+
+
+@pytest.mark.parametrize(
+    ("plugins", "names", "expected"),
+    [
+        pytest.param([], ("gpu-type-affinity", "capacity-first"), True, id="default-pipeline"),
+        pytest.param([], ("all-at-once",), True, id="one-builtin"),
+        pytest.param(
+            [("other", _AlgorithmsOnly())], ("capacity-first",), True, id="unused-third-party"
+        ),
+        pytest.param(
+            [("other", _AlgorithmsOnly())],
+            ("gpu-type-affinity", "third-party"),
+            False,
+            id="third-party-algorithm",
+        ),
+        pytest.param([("drop", _DropOdd())], ("capacity-first",), False, id="filter-hook"),
+        pytest.param([("prefer", _Prefer2())], ("capacity-first",), False, id="score-hook"),
+        pytest.param(
+            [("restrict", _UnknownCluster())], ("capacity-first",), False, id="restrict-hook"
+        ),
+        pytest.param([("seen", _Recorder())], ("capacity-first",), False, id="observer-hook"),
+        pytest.param([], ("no-such-algorithm",), False, id="unknown-algorithm"),
+    ],
+)
+def test_builtin_only_tells_which_pipelines_run_only_our_code(
+    plugins: list[tuple[str, object]], names: tuple[str, ...], expected: bool
+) -> None:
+    """Issue 15: a pipeline of built-in stages only may run on the event loop (no thread, no
+    deadline); any third-party stage or decision hook keeps it in a thread."""
+    assert make_host(plugins).builtin_only(names) is expected

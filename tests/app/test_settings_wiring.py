@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dispatcher.algorithms.model import DispatchRequest
-from dispatcher.app.manager import build_decide
+from dispatcher.app.manager import build_decide, controller_config
 from dispatcher.app.settings import load_settings
-from dispatcher.plugins import PluginHost
+from dispatcher.plugins import PluginHost, hookimpl
 from dispatcher.testing import make_cluster, make_request
 
 
@@ -36,3 +36,20 @@ def test_algorithm_options_override_the_top_level_patience() -> None:
         "algorithm_options": {"capacity-first": {"patience_seconds": 600}},
     }
     assert nominated_after(120, flags) == ("busy",)
+
+
+def test_only_a_builtin_pipeline_decides_on_the_event_loop() -> None:
+    """Issue 15: the manager runs the default pipeline's decisions without a thread hop, and
+    any pipeline with a third-party part in a thread under the decision deadline."""
+
+    class Observer:
+        @hookimpl
+        def mkd_on_decision(self) -> None:
+            return None
+
+    settings = load_settings({}, None)
+    builtin = PluginHost.load(autoload=False)
+    observed = PluginHost.load(autoload=False, plugins=[("observer", Observer())])
+    assert controller_config(settings, builtin).inline_decisions is True
+    assert controller_config(settings, observed).inline_decisions is False
+    assert controller_config(settings).inline_decisions is False

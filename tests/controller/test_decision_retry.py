@@ -121,3 +121,25 @@ def test_retries_in_one_resync_window_of_virtual_time() -> None:
         now[0] += delay
         retries += 1
     assert retries == 18
+
+
+@pytest.mark.parametrize("inline", [True, False], ids=["builtin-pipeline", "third-party"])
+async def test_a_builtin_pipeline_decides_on_the_loop_without_a_thread(inline: bool) -> None:
+    """Issue 15: a pipeline of built-in stages only (``inline_decisions``) is called on the
+    event loop's thread, with no worker-thread hop per decision; any other runs in a thread
+    under the decision deadline."""
+    loop_thread = threading.get_ident()
+    threads: list[int] = []
+
+    def decide(request: DispatchRequest, snapshots: Sequence[ClusterSnapshot]) -> Decision:
+        threads.append(threading.get_ident())
+        return keep_or_first(request, snapshots)
+
+    config = ControllerConfig(inline_decisions=inline, sync_grace_seconds=10.0)
+    async with world(decide=decide, config=config) as env:
+        await env.start_dispatcher()
+        await env.add_workload("job")
+        await env.wait(lambda: env.nominated("job") == ("w1",) and env.idle("job"), within=60)
+    assert threads
+    assert all((thread == loop_thread) is inline for thread in threads)
+    assert env.loop.inline_decisions == (len(threads) if inline else 0)
