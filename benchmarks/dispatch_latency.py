@@ -612,8 +612,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 async with asyncio.timeout(60):
                     await started.wait()
                 await _wait_for_workers(holder[0], args.K, within=60)
+                # The baseline of the dispatcher's CPU: connected to every cluster and nothing
+                # happening (watch bookmarks, timers), over a fixed window before the burst.
+                idle_cpu = time.process_time()
+                await asyncio.sleep(args.idle_seconds)
+                idle_cpu = (time.process_time() - idle_cpu) / args.idle_seconds
                 profiler = _start_profiler(args.profile)
-                cpu_before = time.process_time()
+                cpu_before, wall_before = time.process_time(), time.monotonic()
                 counting[0] = True
                 assert server.stdin is not None
                 assert server.stdout is not None
@@ -628,6 +633,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                             result = json.loads(line[len("RESULT ") :])
                             break
                 cpu_used = time.process_time() - cpu_before
+                wall_used = time.monotonic() - wall_before
                 counting[0] = False
                 _stop_profiler(profiler, args.profile)
                 nominator = holder[0].nominator
@@ -666,6 +672,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "cpu_s_per_floor_patch": round(floor_cpu, 6),
         "cpu_ratio_to_floor": round(cpu_per_nomination / floor_cpu, 2) if floor_cpu > 0 else None,
         "dispatcher_cpu_s": round(cpu_used, 3),
+        "dispatcher_idle_cpu_per_s": round(idle_cpu, 6),
+        "cpu_s_per_nomination_above_idle": round(
+            max(0.0, cpu_used - idle_cpu * wall_used) / max(1, result["nominated"]), 6
+        ),
         "dispatcher_writes": writes,
         "events": dict(sorted(events.items())),
         "events_per_nomination": round(sum(events.values()) / max(1, result["nominated"]), 2),
@@ -716,7 +726,9 @@ def report(figures: dict[str, Any]) -> str:
             f"(eligibility offered at {figures['eligible_per_s']}/s)",
             f"  CPU s per nomination      {figures['cpu_s_per_nomination'] * 1000:.3f} ms "
             f"(dispatcher process {figures['dispatcher_cpu_s']} s over "
-            f"{figures['burst_wall_s']} s)",
+            f"{figures['burst_wall_s']} s; "
+            f"{figures['cpu_s_per_nomination_above_idle'] * 1000:.3f} ms above its idle CPU, "
+            f"{figures['dispatcher_idle_cpu_per_s'] * 1000:.1f} ms per second connected and idle)",
             f"  CPU s per bare PATCH      {figures['cpu_s_per_floor_patch'] * 1000:.3f} ms "
             f"(the floor's client; a nomination costs {figures['cpu_ratio_to_floor']}x)",
             f"  peak RSS                  dispatcher {figures['peak_rss_mb']} MB, "
@@ -756,6 +768,12 @@ def main() -> int:
         "--rate", type=float, default=500.0, help="eligibility rate per second (0: all at once)"
     )
     parser.add_argument("--floor-patches", type=int, default=300)
+    parser.add_argument(
+        "--idle-seconds",
+        type=float,
+        default=5.0,
+        help="window in which the connected dispatcher's idle CPU is measured before the burst",
+    )
     parser.add_argument("--timeout", type=float, default=120.0)
     parser.add_argument("--crds", action="store_true", help="serve the real Kueue CRD schemas")
     parser.add_argument("--json", metavar="FILE")
