@@ -87,6 +87,11 @@ class Mirror:
         """Shared by this mirror's streams: firing it ends their backoff delays."""
         self._failing: set[str] = set()
         """Resources whose last item was a failure."""
+        self._health_at = -1
+        """:attr:`ObjectCache.health_changes` when ``_listed`` and ``_connected`` were derived
+        (every decision reads them for each candidate; they change only with a cache's)."""
+        self._listed = False
+        self._connected = False
 
     def retry_now(self) -> None:
         """Make every stream waiting out a backoff delay try again now (no-op when none is
@@ -107,18 +112,22 @@ class Mirror:
     def listed(self) -> bool:
         """Every required resource has been listed at least once (optional ones aside): the
         mirror holds something to decide from, connected or not."""
-        return all(
-            cache.synced for key, cache in self.caches.items() if not self.watched[key].optional
-        )
+        if self._health_at != ObjectCache.health_changes:
+            self._derive_health()
+        return self._listed
 
     @property
     def connected(self) -> bool:
         """Every required resource's stream is healthy right now."""
-        return all(
-            cache.synced and cache.connected
-            for key, cache in self.caches.items()
-            if not self.watched[key].optional
-        )
+        if self._health_at != ObjectCache.health_changes:
+            self._derive_health()
+        return self._connected
+
+    def _derive_health(self) -> None:
+        required = [c for k, c in self.caches.items() if not self.watched[k].optional]
+        self._listed = all(cache.synced for cache in required)
+        self._connected = all(cache.synced and cache.connected for cache in required)
+        self._health_at = ObjectCache.health_changes
 
     @property
     def streaming(self) -> bool:

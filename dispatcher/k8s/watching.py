@@ -476,6 +476,10 @@ class ObjectCache:
     is cut short (any other item before its marker) is dropped.
     """
 
+    health_changes = 0
+    """How often the ``synced`` or ``connected`` of any cache changed, in total: a reader that
+    derives something from them (a mirror's health) recomputes it only when this moved."""
+
     def __init__(self, transform: Transform | None = None) -> None:
         self.objects: dict[Key, Obj] = {}
         self.transform = transform
@@ -493,7 +497,8 @@ class ObjectCache:
         if isinstance(item, ObjectEvent):
             if self.transform is not None:
                 item = ObjectEvent(item.type, self.transform(item.object))
-            self.connected = True
+            if not self.connected:
+                self._health(self.synced, True)
             if item.type == "LISTED":
                 if self._listing is None:
                     self._listing = {}
@@ -513,21 +518,25 @@ class ObjectCache:
             objects = {key: obj for key, obj in self.objects.items() if key in item.keys}
             objects.update((key, obj) for key, obj in listing.items() if key in item.keys)
             self.objects = objects
-            self.synced = True
-            self.connected = True
+            self._health(True, True)
             self.streaming = False
             self.resource_version = item.resource_version
             self.lists += 1
             self._notify(item)
         elif isinstance(item, Watching):
             self._listing = None
-            self.connected = True
+            self._health(self.synced, True)
             self.streaming = True
         else:
             self._listing = None
-            self.connected = False
+            self._health(self.synced, False)
             self.streaming = False
         return item
+
+    def _health(self, synced: bool, connected: bool) -> None:
+        if synced != self.synced or connected != self.connected:
+            self.synced, self.connected = synced, connected
+            ObjectCache.health_changes += 1
 
     def _notify(self, item: ObjectEvent | Listed) -> None:
         for listener in list(self.listeners):

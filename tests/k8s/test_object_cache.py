@@ -157,3 +157,22 @@ def test_the_transform_applies_to_every_event_type(kind: str) -> None:
     for item in heard:
         if isinstance(item, ObjectEvent):
             assert item.object is applied.object
+
+
+def test_health_changes_moves_only_when_synced_or_connected_changes() -> None:
+    """Issue 15: what derives a health from the caches (a mirror's ``listed`` and ``connected``,
+    read for every candidate of every decision) recomputes it only when this counter moved."""
+    cache = ObjectCache()
+    start = ObjectCache.health_changes
+    cache.apply(ObjectEvent("LISTED", obj("a")))  # first item: connected
+    cache.apply(listed("a"))  # synced
+    after_list = ObjectCache.health_changes
+    assert after_list - start == 2
+    for version in range(2, 50):
+        cache.apply(ObjectEvent("MODIFIED", obj("a", str(version))))
+    cache.apply(Watching("50"))
+    assert ObjectCache.health_changes == after_list  # events on a healthy cache change nothing
+    cache.apply(Disconnected("cut", 0, 1.0))
+    assert (cache.connected, ObjectCache.health_changes) == (False, after_list + 1)
+    cache.apply(ObjectEvent("MODIFIED", obj("a", "51")))
+    assert (cache.connected, ObjectCache.health_changes) == (True, after_list + 2)
