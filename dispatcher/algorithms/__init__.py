@@ -35,6 +35,7 @@ from dispatcher.algorithms.model import (
     Verdict,
 )
 from dispatcher.algorithms.stages import (
+    TIER_BACKLOG,
     TIER_CAPACITY,
     TIER_FEASIBILITY,
     TIER_PREFERENCE,
@@ -59,6 +60,7 @@ __all__ = [
     "GPU_TYPE_AFFINITY",
     "INCREMENTAL",
     "MAX_NOMINATED_CLUSTERS",
+    "TIER_BACKLOG",
     "TIER_CAPACITY",
     "TIER_FEASIBILITY",
     "TIER_PREFERENCE",

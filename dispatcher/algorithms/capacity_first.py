@@ -5,6 +5,11 @@ Ranking, in tiers (see :mod:`dispatcher.algorithms.stages`):
 1. ``fits-now``: the workload fits the quota free right now, after the workloads we nominated
    there and Kueue has not reserved yet (in-flight) are deducted. This is what stops a burst from
    over-filling one idle cluster.
+1b. ``backlog`` (with ``spread_backlog`` > 0): a cluster where Kueue has ``spread_backlog`` or
+   more of our nominations still in flight (copies it has yet to make through its client of that
+   worker, rate limited on Kueue v0.19) ranks below one with fewer, whatever the preferences
+   below say; among clusters over the limit, the shortest backlog first. A burst then drains
+   through every worker's client instead of queueing behind one.
 2. the capacity ``policy``: ``most-free`` (spread: most quota left after placement) or ``best-fit``
    (pack: least quota left);
 3. ``queue-ahead``: fewest workloads ahead of it (pending of at least its priority, plus in-flight
@@ -33,16 +38,19 @@ from dispatcher.algorithms.model import (
     RejectionReason,
 )
 from dispatcher.algorithms.stages import (
+    TIER_BACKLOG,
     TIER_CAPACITY,
     TIER_FEASIBILITY,
     TIER_WAIT,
     Selection,
     StageContext,
     Stages,
+    backlog,
 )
 
 __all__ = [
     "CAPACITY_FIRST",
+    "BacklogScorer",
     "CanEverFitFilter",
     "CapacityFirstOptions",
     "CapacityFirstSelector",
@@ -79,6 +87,13 @@ class CapacityFirstOptions(BaseModel):
         ge=1,
         le=MAX_NOMINATED_CLUSTERS,
         description="Upper bound on the nomination size when widening.",
+    )
+    spread_backlog: int = Field(
+        10,
+        ge=0,
+        description="How many of our nominations Kueue may have yet to copy to one worker before "
+        "the next workload that fits elsewhere goes elsewhere, above the GPU preferences and the "
+        "capacity policy (a burst drains through every worker's client); `0` turns it off.",
     )
 
 
@@ -160,6 +175,28 @@ class CapacityPolicyScorer:
         left = fit.free_after
         detail = f"{left:.0%} of quota left after placement"
         return (left, detail) if self.policy == "most-free" else (1.0 - left, detail)
+
+
+@dataclass(frozen=True, slots=True)
+class BacklogScorer:
+    """``1`` while fewer than ``limit`` of our nominations to the cluster are in flight (Kueue
+    has not made or reserved their copies there yet), then ``limit / (1 + backlog)``: clusters
+    under the limit tie (the tiers below decide), one over it yields to any under it, and among
+    those over it the shortest backlog wins."""
+
+    limit: int = 10
+    name: str = "backlog"
+    tier: int = TIER_BACKLOG
+    weight: float = 1.0
+
+    def score(
+        self, request: DispatchRequest, cluster: ClusterSnapshot, ctx: StageContext
+    ) -> tuple[float, str]:
+        """Score the copies Kueue has yet to make on this cluster."""
+        waiting = backlog(request, cluster)
+        if waiting < self.limit:
+            return 1.0, ""
+        return self.limit / (1 + waiting), f"{waiting} nominations not yet copied there"
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,7 +284,12 @@ def build_capacity_first(options: CapacityFirstOptions) -> Stages:
     """The stages of ``capacity-first`` for the given options."""
     return Stages(
         filters=(QueueFilter(), CanEverFitFilter()),
-        scorers=(FitsNowScorer(), CapacityPolicyScorer(options.policy), QueueAheadScorer()),
+        scorers=(
+            FitsNowScorer(),
+            *((BacklogScorer(options.spread_backlog),) if options.spread_backlog > 0 else ()),
+            CapacityPolicyScorer(options.policy),
+            QueueAheadScorer(),
+        ),
         selector=CapacityFirstSelector(
             patience_seconds=options.patience_seconds,
             on_patience=options.on_patience,

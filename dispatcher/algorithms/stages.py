@@ -42,6 +42,7 @@ from dispatcher.kueue.flavorfit import FitResult, assign_flavors, available_now,
 from dispatcher.kueue.objects import ClusterQueueView, FlavorResource, PodSetView, frozen_map
 
 __all__ = [
+    "TIER_BACKLOG",
     "TIER_CAPACITY",
     "TIER_FEASIBILITY",
     "TIER_PREFERENCE",
@@ -55,12 +56,16 @@ __all__ = [
     "StageContext",
     "Stages",
     "TopN",
+    "backlog",
     "compose",
     "continue_replay",
 ]
 
 TIER_FEASIBILITY = 0
 """Tier of "does it fit now" scores: dominates everything else."""
+TIER_BACKLOG = 5
+"""Tier of how far behind Kueue is on a cluster (copies of our nominations it has yet to make):
+below "fits now", above preferences, so that a burst drains through every worker's client."""
 TIER_PREFERENCE = 10
 """Tier of the workload's and the admin's preferences (GPU type, cost …)."""
 TIER_CAPACITY = 20
@@ -591,6 +596,15 @@ class Pipeline:
             requeue_after=selection.requeue_after,
             errors=tuple(errors),
         )
+
+
+def backlog(request: DispatchRequest, cluster: ClusterSnapshot) -> int:
+    """How many of our nominations to ``cluster`` its Kueue has not reserved yet (its copies
+    still to be made or admitted there), the request itself aside."""
+    keys = cluster.derived.get("in-flight-keys")
+    if keys is None:
+        keys = cluster.derived["in-flight-keys"] = frozenset(o.key for o in cluster.in_flight)
+    return len(cluster.in_flight) - (1 if request.key in keys else 0)
 
 
 _COMPONENTS: dict[tuple[str, int, float, float, str], ScoreComponent] = {}

@@ -29,6 +29,7 @@ def test_verdicts_name_the_filter_the_reason_and_the_score_components() -> None:
     assert {s.scorer: s.value for s in best.scores} == {
         "gpu-preference": 0.0,
         "fits-now": 1.0,
+        "backlog": 1.0,
         "most-free": 0.25,
         "queue-ahead": 1.0,
         "spare-gpu-clusters": 0.0,
