@@ -11,7 +11,8 @@ to AllAtOnce; ``-N`` suspended ``batch/v1`` Jobs (100m CPU, 64Mi, running for an
 admitted) submitted at once to the manager as a user would; followed on every cluster until each
 manager Workload has ``status.clusterName``.
 
-Per dispatcher it reports:
+The runs: this dispatcher with its default settings, the same without burst-aware spreading
+(``spread_backlog: 0``), and Kueue's AllAtOnce. Per run it reports:
 
 - **nominations/s**: Workloads seen nominated on the manager / (last one − submission);
 - **admissions/s**: Workloads with ``clusterName`` / (last one − submission);
@@ -25,6 +26,8 @@ default 5 QPS per worker per kind (issue 14 item 10, ``docs/kueue-versions.md``)
 creates a copy on every worker, so it spends three worker clients on each Workload.
 
     .venv/bin/python benchmarks/dispatch_real.py [-N 300] [--only external] [--json F]
+
+(``--only`` takes ``external``, ``external-no-spread`` or ``all-at-once``.)
 """
 
 from __future__ import annotations
@@ -44,7 +47,16 @@ import anyio
 from dispatcher.sandbox.real.mix import MILESTONES, Dispatcher, MixOutcome, run_mix
 from dispatcher.sandbox.topology import WorkloadLine, default_topology
 
-DISPATCHERS: tuple[Dispatcher, ...] = ("external", "all-at-once")
+VARIANTS: dict[str, tuple[Dispatcher, dict[str, Any]]] = {
+    "external": ("external", {}),
+    "external-no-spread": (
+        "external",
+        {"algorithm_options": {"capacity-first": {"spread_backlog": 0}}},
+    ),
+    "all-at-once": ("all-at-once", {}),
+}
+"""The runs: this dispatcher (default settings), the same without burst-aware spreading
+(capacity-first ``spread_backlog: 0``, issue 18 item 6), and Kueue's AllAtOnce."""
 STAGES = {
     "created_at": "Job -> Workload (Kueue's Job reconciler, manager)",
     "reserved_at": "-> quota reserved (Kueue's scheduler, manager)",
@@ -72,8 +84,9 @@ def burst(n: int) -> list[WorkloadLine]:
     ]
 
 
-async def measure(dispatcher: Dispatcher, n: int, deadline: float) -> dict[str, Any]:
-    """One burst on a fresh control plane with ``dispatcher``."""
+async def measure(variant: str, n: int, deadline: float) -> dict[str, Any]:
+    """One burst on a fresh control plane with the dispatcher of ``variant``."""
+    dispatcher, settings = VARIANTS[variant]
     lines = burst(n)
     keys = {f"{line.namespace}/{line.name}" for line in lines}
     with tempfile.TemporaryDirectory(prefix="mkd-dispatch-real-") as directory:
@@ -83,6 +96,7 @@ async def measure(dispatcher: Dispatcher, n: int, deadline: float) -> dict[str, 
             lines,
             keys,
             dispatcher=dispatcher,
+            settings=settings,
             time_scale=1.0,
             deadline=deadline,
             settle=deadline,  # until every manager Workload has clusterName (Kueue reads
@@ -91,7 +105,7 @@ async def measure(dispatcher: Dispatcher, n: int, deadline: float) -> dict[str, 
     nominated = sum(1 for f in outcome.followed.values() if f.nominated_at is not None)
     admitted_at = [f.admitted_at for f in outcome.followed.values() if f.admitted_at is not None]
     return {
-        "dispatcher": dispatcher,
+        "dispatcher": variant,
         "submitted": outcome.submitted,
         "admitted": outcome.admitted,
         "nominated": nominated,
@@ -157,7 +171,7 @@ def report(runs: list[dict[str, Any]]) -> str:
     lines = [f"dispatch on real Kueue v0.19.2: a burst of {runs[0]['submitted']} small CPU Jobs"]
     for run in runs:
         lines.append(
-            f"  {run['dispatcher']:<12} admitted {run['admitted']}/{run['submitted']}  "
+            f"  {run['dispatcher']:<18} admitted {run['admitted']}/{run['submitted']}  "
             f"nominations/s {run['nominations_per_s']}  admissions/s {run['admissions_per_s']}  "
             f"copies/admitted {run['copies_per_admitted']}  last admission "
             f"{run['last_admission_s']} s  stuck events {run['stuck_events']}  "
@@ -174,11 +188,13 @@ def report(runs: list[dict[str, Any]]) -> str:
                 f"{stage['median_at_s']}  last at {stage['last_at_s']}  spent "
                 f"{stage['spent_p50_s']}/{stage['spent_p90_s']}"
             )
-    if len(runs) == 2 and runs[0]["admissions_per_s"] and runs[1]["admissions_per_s"]:
-        ratio = runs[0]["admissions_per_s"] / runs[1]["admissions_per_s"]
-        lines.append(
-            f"  admissions/s, {runs[0]['dispatcher']} / {runs[1]['dispatcher']}: {ratio:.2f}"
-        )
+    first = runs[0]
+    for other in runs[1:]:
+        if first["admissions_per_s"] and other["admissions_per_s"]:
+            ratio = first["admissions_per_s"] / other["admissions_per_s"]
+            lines.append(
+                f"  admissions/s, {first['dispatcher']} / {other['dispatcher']}: {ratio:.2f}"
+            )
     return "\n".join(lines)
 
 
@@ -186,11 +202,11 @@ def main(argv: list[str] | None = None) -> int:
     """Command line (``argv``: the arguments, default ``sys.argv[1:]``)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-N", type=int, default=300, help="Jobs in the burst")
-    parser.add_argument("--only", choices=DISPATCHERS, help="run one dispatcher only")
+    parser.add_argument("--only", choices=list(VARIANTS), help="run one of the runs only")
     parser.add_argument("--deadline", type=float, default=900.0)
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args(argv)
-    chosen = [args.only] if args.only else list(DISPATCHERS)
+    chosen = [args.only] if args.only else list(VARIANTS)
     runs = [anyio.run(measure, d, args.N, args.deadline) for d in chosen]
     figures = {
         "runs": runs,
