@@ -333,7 +333,9 @@ class Settings(BaseSettings):
         gt=0,
         description="Longest time one decision may take; a slower one is abandoned, counted as "
         "an error and retried with the work queue's exponential backoff (50 ms doubling, at "
-        "most 30 s and never later than `resync_seconds`; reset by the next decision).",
+        "most 30 s and never later than `resync_seconds`; reset by the next decision). Applies "
+        "to a pipeline with a third-party algorithm or decision hook, run in a thread; one of "
+        "built-in stages only runs on the event loop without it (docs/plugins.md).",
     )
     worker_stale_grace_seconds: float = Field(
         default=DEFAULT_STALE_GRACE_SECONDS,

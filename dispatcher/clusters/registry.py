@@ -385,6 +385,7 @@ class ClusterRegistry:
 
     def _stop(self, name: str, why: str) -> None:
         worker = self.workers.pop(name, None)
+        self._verdicts.pop(name, None)
         if worker is not None:
             log.info("worker %s: stopping (%s)", name, why, extra={"cluster": name})
             worker.scope.cancel()
@@ -583,8 +584,11 @@ class ClusterRegistry:
         worker's (connected, never stale: no clock in it) is reused until one of its inputs is
         replaced (the cached MultiKueueCluster object, the connection state, the mirror) or
         changes (the state's message, the mirror listed or connected)."""
-        if worker is None or worker.stale_since is not None:
-            self._verdicts.pop(worker.name if worker is not None else "", None)
+        if worker is None:
+            return self._judge_now(mkc, None)
+        if worker.stale_since is not None:
+            # A stale worker's verdict depends on the clock: judged at every read, none kept.
+            self._verdicts.pop(worker.name, None)
             return self._judge_now(mkc, worker)
         mirror = worker.mirror
         inputs = (
