@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from dispatcher.sandbox.jobrun import HOLD_ANNOTATION, RUN_SECONDS_ANNOTATION, hold_of
 from dispatcher.sandbox.real.build import (
@@ -279,40 +278,3 @@ def test_real_port_range_from_the_environment(
     low, high = expected
     if high - low > 1:  # a one-port range may be taken by a control plane of another test
         assert low <= free_port() < high
-
-
-def test_kueue_runs_with_the_controller_concurrency_its_manifests_ship(tmp_path: Path) -> None:
-    """Kueue installed from its manifests reconciles Workloads ten at a time (v0.19.2's
-    ``controller_manager_config.yaml``); the harness gives its Kueue the same ``controller``
-    section, read from the module, instead of controller-runtime's one at a time."""
-    components = tmp_path / "config" / "components"
-    (components / "crd" / "bases").mkdir(parents=True)
-    (components / "webhook").mkdir()
-    (components / "map").mkdir()
-    (components / "manager").mkdir()
-    hooks = [
-        {"kind": "MutatingWebhookConfiguration", "metadata": {"name": "m"}, "webhooks": []},
-        {"kind": "ValidatingWebhookConfiguration", "metadata": {"name": "v"}, "webhooks": []},
-    ]
-    (components / "webhook" / "manifests.yaml").write_text(yaml.safe_dump_all(hooks))
-    (components / "map" / "manifests.yaml").write_text("")
-    shipped = {
-        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
-        "kind": "Configuration",
-        "controller": {"groupKindConcurrency": {"Workload.kueue.x-k8s.io": 10, "Job.batch": 5}},
-    }
-    (components / "manager" / "controller_manager_config.yaml").write_text(yaml.safe_dump(shipped))
-    manifests = KueueManifests.from_module(tmp_path)
-    assert manifests.controller == shipped["controller"]
-    config = kueue_configuration(
-        KueueOptions(),
-        webhook_port=1,
-        health_port=2,
-        cert_dir=Path("/certs"),
-        controller=manifests.controller,
-    )
-    assert config["controller"] == shipped["controller"]
-    without = kueue_configuration(
-        KueueOptions(), webhook_port=1, health_port=2, cert_dir=Path("/certs")
-    )
-    assert "controller" not in without

@@ -267,20 +267,9 @@ class KueueOptions:
 
 
 def kueue_configuration(
-    options: KueueOptions,
-    *,
-    webhook_port: int,
-    health_port: int,
-    cert_dir: Path,
-    controller: Mapping[str, Any] | None = None,
+    options: KueueOptions, *, webhook_port: int, health_port: int, cert_dir: Path
 ) -> Obj:
-    """The Kueue Configuration (v1beta2) the harness runs a cluster's Kueue with.
-
-    ``controller`` is the ``controller`` section of the Configuration Kueue ships in its
-    manifests (:attr:`KueueManifests.controller`: each kind's reconcile concurrency, e.g. 10
-    for Workloads in v0.19.2): without it every controller of Kueue's manager reconciles one
-    object at a time (controller-runtime's default), unlike a Kueue installed from its manifests,
-    and MultiKueue makes the copies of a burst one by one across all workers."""
+    """The Kueue Configuration (v1beta2) the harness runs a cluster's Kueue with."""
     gates: dict[str, bool] = {"VisibilityOnDemand": False}
     if options.merge_patch_gate:
         gates["WorkloadRequestUseMergePatch"] = True
@@ -295,7 +284,6 @@ def kueue_configuration(
         "leaderElection": {"leaderElect": False},
         "internalCertManagement": {"enable": False},
         "clientConnection": {"qps": 300, "burst": 500},
-        **({"controller": copy.deepcopy(dict(controller))} if controller else {}),
         "integrations": {"frameworks": ["batch/job"]},
         "featureGates": gates,
     }
@@ -323,10 +311,6 @@ class KueueManifests:
     mutating: Obj
     validating: Obj
     policy: list[Obj]
-    controller: Obj = field(default_factory=dict)
-    """The ``controller`` section of the manager Configuration Kueue ships
-    (``config/components/manager/controller_manager_config.yaml``): reconcile concurrency per
-    kind. Empty when that file has none."""
 
     @classmethod
     def from_module(cls, directory: Path) -> KueueManifests:
@@ -341,12 +325,7 @@ class KueueManifests:
         mutating = next(d for d in webhooks if d["kind"] == "MutatingWebhookConfiguration")
         validating = next(d for d in webhooks if d["kind"] == "ValidatingWebhookConfiguration")
         policy = _load_documents(components / "map" / "manifests.yaml")
-        shipped = components / "manager" / "controller_manager_config.yaml"
-        configs = _load_documents(shipped) if shipped.exists() else []
-        controller = next(
-            (dict(d["controller"]) for d in configs if isinstance(d.get("controller"), dict)), {}
-        )
-        return cls(crds, mutating, validating, policy, controller)
+        return cls(crds, mutating, validating, policy)
 
     def crds_for(self, webhook_url: str, ca_bundle: str) -> list[Obj]:
         """The CRDs, with Kueue's conversion webhook reached at ``webhook_url``."""
@@ -589,7 +568,6 @@ class RealCluster:
             webhook_port=self.webhook_port,
             health_port=self.kueue_health_port,
             cert_dir=cert_dir,
-            controller=self.manifests.controller,
         )
         (self.directory / "kueue-config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
 
