@@ -173,10 +173,7 @@ def _compute_fit(
             and request.key not in derived["pending-keys"]
         ):
             return hit
-    in_flight = derived.get("in-flight-keys")
-    if in_flight is None:
-        in_flight = derived["in-flight-keys"] = frozenset(o.key for o in cluster.in_flight)
-    if request.key in in_flight:
+    if request.key in _in_flight_keys(cluster):
         return _fit_uncached(request, cluster)
     if shape is None:
         return _fit_uncached(request, cluster)
@@ -598,13 +595,18 @@ class Pipeline:
         )
 
 
+def _in_flight_keys(cluster: ClusterSnapshot) -> frozenset[str]:
+    """The keys of ``cluster``'s in-flight workloads, derived once per snapshot."""
+    keys: frozenset[str] | None = cluster.derived.get("in-flight-keys")
+    if keys is None:
+        keys = cluster.derived["in-flight-keys"] = frozenset(o.key for o in cluster.in_flight)
+    return keys
+
+
 def backlog(request: DispatchRequest, cluster: ClusterSnapshot) -> int:
     """How many of our nominations to ``cluster`` its Kueue has not reserved yet (its copies
     still to be made or admitted there), the request itself aside."""
-    keys = cluster.derived.get("in-flight-keys")
-    if keys is None:
-        keys = cluster.derived["in-flight-keys"] = frozenset(o.key for o in cluster.in_flight)
-    return len(cluster.in_flight) - (1 if request.key in keys else 0)
+    return len(cluster.in_flight) - (1 if request.key in _in_flight_keys(cluster) else 0)
 
 
 _COMPONENTS: dict[tuple[str, int, float, float, str], ScoreComponent] = {}
