@@ -85,14 +85,22 @@ class WorkQueue:
         """Entries in the deadline heap, stale ones included (bounded by the delayed keys)."""
         return len(self._heap)
 
+    def _wake_waiter(self) -> None:
+        self._waiters.popleft().set()
+        self.wakeups += 1
+
+    def _wake_timekeeper(self) -> None:
+        assert self._timekeeper is not None
+        if not self._timekeeper.is_set():
+            self._timekeeper.set()
+            self.wakeups += 1
+
     def _notify(self) -> None:
         """A key is waiting: wake one waiting worker (the timekeeper when no other waits)."""
         if self._waiters:
-            self._waiters.popleft().set()
-            self.wakeups += 1
-        elif self._timekeeper is not None and not self._timekeeper.is_set():
-            self._timekeeper.set()
-            self.wakeups += 1
+            self._wake_waiter()
+        elif self._timekeeper is not None:
+            self._wake_timekeeper()
 
     def _reschedule(self, deadline: float) -> None:
         """``deadline`` is earlier than the one waited for: wake the timekeeper to wait for it,
@@ -100,12 +108,17 @@ class WorkQueue:
         if deadline >= self._timed:
             return
         if self._timekeeper is not None:
-            if not self._timekeeper.is_set():
-                self._timekeeper.set()
-                self.wakeups += 1
+            self._wake_timekeeper()
         elif self._waiters:
-            self._waiters.popleft().set()
-            self.wakeups += 1
+            self._wake_waiter()
+
+    def _hand_on(self) -> None:
+        """A woken worker (or the timekeeper) was cancelled before it ran: wake another for
+        the keys waiting, or to keep the time for the deadlines left."""
+        if self._queue:
+            self._notify()
+        elif self._deadlines and self._timekeeper is None:
+            self._reschedule(min(self._deadlines.values()))
 
     def add(self, key: str) -> None:
         """Queue ``key`` now (once); if it is being processed, queue it again after."""
@@ -207,11 +220,7 @@ class WorkQueue:
             await waiter.wait()
         except BaseException:
             if waiter.is_set():
-                # Woken, then cancelled before it ran: hand what it was woken for on.
-                if self._queue:
-                    self._notify()
-                elif self._deadlines and self._timekeeper is None:
-                    self._reschedule(min(self._deadlines.values()))
+                self._hand_on()
             else:
                 self._waiters.remove(waiter)
             raise
@@ -224,10 +233,7 @@ class WorkQueue:
                 await waiter.wait()
         except BaseException:
             self._timekeeper, self._timed = None, math.inf
-            if self._queue:
-                self._notify()
-            elif self._deadlines:
-                self._reschedule(min(self._deadlines.values()))
+            self._hand_on()
             raise
         self._timekeeper, self._timed = None, math.inf
 
