@@ -64,9 +64,9 @@ happens:
 {kinds}
 
 Rejection reasons (`reason` of `multikueue_dispatcher_filtered_clusters_total`): a fixed set of
-codes, so the series has at most (filters in the pipeline + 1) x {len(REJECTION_REASONS)} label
-sets per replica role; a filter's own text (which names clusters, queues and quantities) goes to
-the verdicts, the Events and `explain`, never to a label.
+codes, so the series has at most (filters in the pipeline + 2: `active` and `same-name`) x
+{len(REJECTION_REASONS)} label sets per replica role; a filter's own text (which names clusters,
+queues and quantities) goes to the verdicts, the Events and `explain`, never to a label.
 {reasons}
 
 `multikueue_dispatcher_filtered_clusters_total` and

@@ -64,6 +64,11 @@ class DispatchRequest:
     """When the current nomination was last changed."""
     labels: Mapping[str, str] = field(default_factory=frozen_map)
     annotations: Mapping[str, str] = field(default_factory=frozen_map)
+    name_taken: Mapping[str, str] = field(default_factory=frozen_map)
+    """Candidate clusters where this workload can never run because a Workload or Job of its
+    name is there and is not a copy of ours, with what holds the name (the same-name guard; the
+    controller fills it from its mirrors). Every pipeline drops them, as it drops inactive
+    clusters."""
 
     @property
     def key(self) -> str:
@@ -158,6 +163,7 @@ class RejectionReason(StrEnum):
     GPU_TYPES_CONFLICT = "gpu_types_conflict"
     NO_GPU_TYPES = "no_gpu_types"
     GPU_TYPE_MISMATCH = "gpu_type_mismatch"
+    NAME_TAKEN = "name_taken"
     RESTRICTED = "restricted"
     OTHER = "other"
 
@@ -173,6 +179,9 @@ REJECTION_REASONS: Mapping[RejectionReason, str] = {
     RejectionReason.GPU_TYPES_CONFLICT: "the pod sets require GPU types that contradict each other",
     RejectionReason.NO_GPU_TYPES: "a GPU type is required and the cluster reports none",
     RejectionReason.GPU_TYPE_MISMATCH: "the cluster offers none of the required GPU types",
+    RejectionReason.NAME_TAKEN: "a Workload or Job of the workload's name is on the cluster and "
+    "is not a copy of ours: Kueue would never run it there (the pipeline's own 'same-name' "
+    "guard)",
     RejectionReason.RESTRICTED: "left out by a plugin's mkd_restrict_clusters",
     RejectionReason.OTHER: "any other reason: a filter that returned free text (a plugin's "
     "mkd_filter_cluster does)",

@@ -14,7 +14,10 @@ inactive is skipped for that decision and reported in :attr:`Decision.errors`; t
 keep working (fail-open). A filter from a source listed in :attr:`Pipeline.fail_closed` is the
 exception: when it fails, the decision is withheld (:attr:`Decision.withheld`), since skipping a
 filter that enforces a hard rule could nominate a forbidden cluster. The pipeline always drops
-inactive clusters first and never nominates more than :data:`MAX_NOMINATED_CLUSTERS`.
+inactive clusters first (stage ``active``), then the clusters where a Workload or Job of the
+workload's name is not a copy of ours (stage ``same-name``, from
+:attr:`DispatchRequest.name_taken`), and never nominates more than
+:data:`MAX_NOMINATED_CLUSTERS`.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from dispatcher.kueue.flavorfit import FitResult, assign_flavors, available_now,
 from dispatcher.kueue.objects import ClusterQueueView, FlavorResource, PodSetView, frozen_map
 
 __all__ = [
+    "SAME_NAME_STAGE",
     "TIER_BACKLOG",
     "TIER_CAPACITY",
     "TIER_FEASIBILITY",
@@ -74,6 +78,9 @@ TIER_WAIT = 30
 """Tier of expected-wait scores (queue ahead)."""
 
 BUILTIN_SOURCE = "builtin"
+SAME_NAME_STAGE = "same-name"
+"""The stage name in verdicts of the pipeline's own same-name guard (no algorithm can lose it:
+Kueue would never run the workload on such a cluster)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -477,12 +484,16 @@ class Pipeline:
         codes: dict[str, RejectionReason] = {}
         alive: list[ClusterSnapshot] = []
         for snap in unique.values():
-            if snap.active:
-                alive.append(snap)
-            else:
+            if not snap.active:
                 dropped_by[snap.name] = "active"
                 codes[snap.name] = RejectionReason.INACTIVE
                 ctx.dropped[snap.name] = snap.inactive_reason or "cluster is not active"
+            elif snap.name in request.name_taken:
+                dropped_by[snap.name] = SAME_NAME_STAGE
+                codes[snap.name] = RejectionReason.NAME_TAKEN
+                ctx.dropped[snap.name] = request.name_taken[snap.name]
+            else:
+                alive.append(snap)
 
         for flt, source in self.filters:
             try:

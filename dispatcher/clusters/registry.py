@@ -50,6 +50,7 @@ from dispatcher.k8s.kubeconfig import (
 from dispatcher.k8s.resources import (
     ADMISSION_CHECKS,
     CLUSTER_QUEUES,
+    JOBS,
     LOCAL_QUEUES,
     MULTIKUEUE_CLUSTERS,
     MULTIKUEUE_CONFIGS,
@@ -97,6 +98,9 @@ WORKER_RESOURCES: dict[str, Watched] = {
     "localqueues": Watched(LOCAL_QUEUES, transform=slim.worker_local_queue),
     "resourceflavors": Watched(RESOURCE_FLAVORS, transform=slim.worker_resource_flavor),
     "workloads": Watched(WORKLOADS, transform=slim.worker_workload),
+    # The same-name guard's: which Jobs exist there that are not copies of ours. Optional: a
+    # worker that does not let us list Jobs keeps the guard to same-named Workloads.
+    "jobs": Watched(JOBS, optional=True, transform=slim.worker_job),
 }
 
 

@@ -16,6 +16,8 @@ reads a few fields. Each function here is applied to every object before it ente
   condition types) are interned;
 - worker ClusterQueues, LocalQueues and ResourceFlavors: what ``dispatcher.kueue.objects``
   parses of them;
+- worker Jobs: their identity and origin label alone (the same-name guard asks only whether a
+  Job of a name exists there and whether it is a copy of ours);
 - manager Workloads: kept whole but for ``managedFields``, of which only the entries
   :func:`~dispatcher.controller.nominator.nomination_time` can read stay (``Apply`` on the status
   subresource), reduced to whether they own ``status.nominatedClusterNames``;
@@ -39,6 +41,7 @@ __all__ = [
     "manager_workload",
     "without_managed_fields",
     "worker_cluster_queue",
+    "worker_job",
     "worker_local_queue",
     "worker_resource_flavor",
     "worker_workload",
@@ -307,3 +310,14 @@ def worker_local_queue(obj: Obj) -> Obj:
 def worker_resource_flavor(obj: Obj) -> Obj:
     """A worker ResourceFlavor as ``parse_resource_flavor`` reads it."""
     return _slim(obj, (), spec=lambda spec: _pick(spec, "nodeLabels", "nodeTaints", "tolerations"))
+
+
+def worker_job(obj: Obj) -> Obj:
+    """A worker Job as the same-name guard reads it: identity and the origin label alone (its
+    other labels, spec and status, which change with every pod, are dropped)."""
+    out = _slim(obj, ())
+    meta = obj.get("metadata")
+    labels = meta.get("labels") if isinstance(meta, Mapping) else None
+    if isinstance(labels, Mapping) and ORIGIN_LABEL in labels:
+        out["metadata"]["labels"] = {ORIGIN_LABEL: labels[ORIGIN_LABEL]}
+    return out

@@ -73,6 +73,7 @@ from dispatcher.controller.snapshots import (
     WorkerIndex,
     condition_status,
     is_copy,
+    owner_job,
 )
 from dispatcher.controller.step import Action, account, outcome
 from dispatcher.controller.stuck import StuckDetector
@@ -84,7 +85,7 @@ from dispatcher.k8s.ratelimit import TokenBucket
 from dispatcher.k8s.watching import WatchItem, key_text
 from dispatcher.kueue.admission import admission_usage, format_resource_quantity
 from dispatcher.kueue.eligibility import eligibility, multikueue_check_state
-from dispatcher.kueue.objects import InvalidField
+from dispatcher.kueue.objects import InvalidField, frozen_map
 from dispatcher.telemetry.metrics import ConnectionState, Metrics
 from dispatcher.telemetry.tracing import ATTR_NAMESPACE, ATTR_WORKLOAD, SPAN_RECONCILE
 
@@ -818,7 +819,28 @@ class Nominator:
             )
             for candidate in candidates
         ]
+        taken = self._name_taken(request, workload, candidates)
+        if taken:
+            request = dataclasses.replace(request, name_taken=frozen_map(taken))
         return candidates, request, snapshots
+
+    def _name_taken(
+        self, request: DispatchRequest, workload: Mapping[str, Any], candidates: list[Candidate]
+    ) -> dict[str, str]:
+        """The same-name guard: candidates holding a Workload or Job of this workload's name
+        that is not a copy of ours (C28, C33), with what holds it. A set lookup per candidate
+        whose mirror is indexed (every active one, after its snapshot); the workload's own
+        copies do not count."""
+        job = owner_job(workload)
+        taken: dict[str, str] = {}
+        for candidate in candidates:
+            index = self.indexes.get(candidate.name)
+            if index is None or index.mirror is None:
+                continue
+            why = index.name_taken(request.namespace, request.name, job)
+            if why:
+                taken[candidate.name] = why
+        return taken
 
     async def evaluate(self, key: str) -> tuple[str, Decision | None]:
         """A fresh decision for ``key`` without writing anything (``explain``): the

@@ -47,6 +47,7 @@ __all__ = [
     "build_snapshot",
     "condition_status",
     "is_copy",
+    "owner_job",
 ]
 
 
@@ -65,6 +66,17 @@ def is_copy(obj: Mapping[str, Any], origin: str) -> bool:
     return ((obj.get("metadata") or {}).get("labels") or {}).get(ORIGIN_LABEL) == origin
 
 
+def owner_job(workload: Mapping[str, Any]) -> str | None:
+    """The name of the batch Job that controls a manager Workload (its controller owner
+    reference of kind ``Job``), or None: Kueue names the Job it creates on a worker after it."""
+    for ref in (workload.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("kind") == "Job" and ref.get("controller") and ref.get("name"):
+            api_version = str(ref.get("apiVersion") or "batch/v1")
+            if api_version.startswith("batch/"):
+                return str(ref["name"])
+    return None
+
+
 _VERSIONS = itertools.count()
 """Index versions, unique across every index of the process (an index built anew for a new
 mirror never reuses the version of its predecessor, so a cached snapshot is never mistaken for
@@ -72,6 +84,9 @@ a current one)."""
 
 RESOURCES = ("localqueues", "resourceflavors", "clusterqueues", "workloads")
 """The worker caches an index is built from."""
+JOBS = "jobs"
+"""The worker cache of Jobs (optional: an index of a mirror without it guards Workload names
+only)."""
 
 _OrderKey = tuple[int, str, str]
 """A pending workload's place in its ClusterQueue: (-priority, creationTimestamp, key)."""
@@ -165,6 +180,9 @@ class WorkerIndex:
         """Keys of copies ``Admitted=True`` here, with the transition time."""
         self.copies: AbstractSet[str] = set()
         """Keys of every copy (this manager's origin label) on this worker."""
+        self.foreign_jobs: AbstractSet[Key] = set()
+        """Jobs on this worker that are not copies of ours (no origin label of this manager):
+        a manager Job of one of these names can never run here (the same-name guard)."""
         self._listeners: list[tuple[ObjectCache, Listener]] = []
         self._reset()
 
@@ -176,6 +194,8 @@ class WorkerIndex:
         self.admitted = {}
         self._copies: set[str] = set()
         self.copies = self._copies
+        self._foreign_jobs: set[Key] = set()
+        self.foreign_jobs = self._foreign_jobs
         self._lqs: dict[Key, LocalQueueView] = {}
         self._queue_of: dict[tuple[str, str], str] = {}
         self._rfs: dict[Key, ResourceFlavorView] = {}
@@ -203,7 +223,9 @@ class WorkerIndex:
         mirror's)."""
         self.detach()
         self.mirror = mirror
-        for resource in RESOURCES:
+        for resource in (*RESOURCES, JOBS):
+            if resource not in mirror.caches:
+                continue
             cache = mirror.cache(resource)
             listener = functools.partial(self.apply, resource)
             cache.listeners.append(listener)
@@ -228,6 +250,10 @@ class WorkerIndex:
             return  # staged by the cache until its Listed marker
         obj = None if item.type == "DELETED" else item.object
         key = item.key
+        if resource == JOBS:
+            # No snapshot reads Jobs: the version (which invalidates snapshots) stays.
+            self._set_job(key, obj)
+            return
         if resource == "workloads":
             self._set_workload(key, obj)
         elif resource == "localqueues":
@@ -255,6 +281,9 @@ class WorkerIndex:
             self._parse_cluster_queue(key, raw)
         for key, raw in caches["workloads"].objects.items():
             self._add_entry(key, self._derive(raw))
+        if JOBS in self.mirror.caches:
+            for key, raw in self.mirror.cache(JOBS).objects.items():
+                self._set_job(key, raw)
         self.version = next(_VERSIONS)
 
     # --- views --------------------------------------------------------------------------------
@@ -350,6 +379,26 @@ class WorkerIndex:
 
     def _set_cluster_queue(self, key: Key, raw: Obj | None) -> None:
         self._parse_cluster_queue(key, raw)
+
+    # --- the same-name guard ---------------------------------------------------------------
+
+    def _set_job(self, key: Key, raw: Obj | None) -> None:
+        if raw is None or is_copy(raw, self.origin):
+            self._foreign_jobs.discard(key)
+        else:
+            self._foreign_jobs.add(key)
+
+    def name_taken(self, namespace: str, workload: str, job: str | None) -> str:
+        """Why a copy of the manager Workload ``namespace/workload`` (owned by the batch Job
+        ``job``, if any) can never run on this worker, or ``""``: a Workload or Job of the same
+        name is there that is not a copy of ours (Kueue would take that Workload for its copy,
+        and refuses to sync a Job it does not own; C28, C33)."""
+        entry = self._entries.get((namespace, workload))
+        if entry is not None and not entry.copy:
+            return f"Workload {namespace}/{workload} exists there and is not a copy of ours"
+        if job is not None and (namespace, job) in self._foreign_jobs:
+            return f"Job {namespace}/{job} exists there and is not a copy of ours"
+        return ""
 
     # --- Workloads ----------------------------------------------------------------------------
 

@@ -17,19 +17,16 @@ from dispatcher.clusters.registry import ClusterRegistry
 from dispatcher.controller.config import ControllerConfig
 from dispatcher.controller.events import EventRecorder
 from dispatcher.controller.records import PITFALL_ADVICE, Record, parse_time
-from dispatcher.controller.snapshots import ORIGIN_LABEL, WorkerIndex
+from dispatcher.controller.snapshots import ORIGIN_LABEL, WorkerIndex, owner_job
 from dispatcher.controller.workqueue import WorkQueue
 from dispatcher.k8s.errors import ApiError
-from dispatcher.k8s.resources import ResourceRef
+from dispatcher.k8s.resources import JOBS
 from dispatcher.kueue.eligibility import multikueue_check_state
 from dispatcher.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
-__all__ = ["WORKER_JOBS", "StuckDetector"]
-
-WORKER_JOBS = ResourceRef("batch", "v1", "jobs", "Job")
-"""Jobs on a worker (read once per stuck workload, to name the cause)."""
+__all__ = ["StuckDetector"]
 
 
 class StuckDetector:
@@ -120,20 +117,13 @@ class StuckDetector:
         Kueue has not reached that step yet (its worker clients are rate limited, C20): None, not
         stuck. One GET on the worker, only when a workload looks stuck."""
         meta = workload.get("metadata") or {}
-        owner = next(
-            (
-                ref
-                for ref in meta.get("ownerReferences") or []
-                if ref.get("kind") == "Job" and ref.get("controller")
-            ),
-            None,
-        )
+        owner = owner_job(workload)
         worker = self._registry.workers.get(cluster)
         if owner is None or worker is None or worker.mirror is None:
             return PITFALL_ADVICE
-        namespace, name = str(meta.get("namespace", "")), str(owner.get("name", ""))
+        namespace, name = str(meta.get("namespace", "")), owner
         try:
-            job = await worker.mirror.api.get(WORKER_JOBS, name, namespace)
+            job = await worker.mirror.api.get(JOBS, name, namespace)
         except ApiError as error:
             if error.status == 404:
                 return None

@@ -8,6 +8,8 @@ change:
 - a copy's event on a worker queues its one manager Workload (our copies only, by the origin
   label, C32); while the manager's watch has not shown our last write to that Workload, the
   echo of the write queues it instead (a reconcile before it could only wait);
+- a worker Job that is not a copy of ours, created, changed or deleted, queues the waiting
+  workloads its name owns (the same-name guard); no worker Job event does more;
 - any other change of a worker's quotas, queues or flavors asks for one delayed re-queue
   (``capacity_coalesce_seconds``, coalesced in the work queue) of the waiting workloads whose
   MultiKueue check lists that worker and that are nominated nowhere or there; a change of what
@@ -32,7 +34,7 @@ from typing import Any, NamedTuple
 from dispatcher.clusters.registry import MANAGER, ClusterRegistry
 from dispatcher.controller.config import ControllerConfig
 from dispatcher.controller.outage import OutageBook
-from dispatcher.controller.snapshots import condition_status, is_copy
+from dispatcher.controller.snapshots import JOBS, condition_status, is_copy, owner_job
 from dispatcher.controller.workqueue import WorkQueue
 from dispatcher.controller.writer import NominationWriter
 from dispatcher.k8s.watching import Listed, ObjectEvent, WatchItem, key_text
@@ -55,6 +57,8 @@ class _Waiting(NamedTuple):
     """The names of its admission checks."""
     nominated: tuple[str, ...]
     """Its ``status.nominatedClusterNames``."""
+    job: str | None = None
+    """``namespace/name`` of the batch Job that owns it (the same-name guard's key)."""
 
 
 class Triggers:
@@ -86,12 +90,24 @@ class Triggers:
         """Manager Workloads that hold quota and have no ``clusterName``, with the names of
         their admission checks and their nomination, kept from the manager's workload events in
         the order they started waiting, so a fan-out walks them and not the whole cache."""
+        self._by_job: dict[str, set[str]] = {}
+        """Waiting workloads by the key of the Job that owns them: a worker Job event of that
+        name (not a copy of ours) can change where they may go (the same-name guard)."""
         self.fan_outs = 0
         """Fan-out walks (re-queues of every waiting or every workload), for operation counts."""
 
     def not_waiting(self, key: str) -> None:
         """Leave ``key`` out of the fan-outs until its next event (an unreadable Workload)."""
-        self._waiting.pop(key, None)
+        self._forget_waiting(key)
+
+    def _forget_waiting(self, key: str) -> None:
+        gone = self._waiting.pop(key, None)
+        if gone is not None and gone.job is not None:
+            keys = self._by_job.get(gone.job)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._by_job[gone.job]
 
     def on_change(self, cluster: str, resource: str, item: WatchItem) -> None:
         """Registry callback: turn a change into the workload keys it may affect."""
@@ -111,7 +127,7 @@ class Triggers:
                     self._writer.forget_echoes()  # every listed key is decided again anyway
                     listed = {f"{namespace}/{name}" for namespace, name in item.keys}
                     for key in [k for k in self._waiting if k not in listed]:
-                        del self._waiting[key]
+                        self._forget_waiting(key)
                     for key in sorted(listed):
                         self._queue.add(key)
             elif resource == "clusterqueues" and isinstance(item, ObjectEvent):
@@ -129,6 +145,13 @@ class Triggers:
                     self.requeue_all()
             elif fans_out:
                 self.requeue_all()
+            return
+        if resource == JOBS and isinstance(item, ObjectEvent):
+            # Only the same-name guard reads worker Jobs: a Job that is not a copy of ours, come
+            # or gone, changes where the waiting workloads its name owns may go; nothing else.
+            if item.type != "LISTED" and not is_copy(item.object, self._config.origin):
+                for key in sorted(self._by_job.get(key_text(item.object), ())):
+                    self._queue_unless_behind(key)
             return
         if (
             resource == "workloads"
@@ -289,13 +312,21 @@ class Triggers:
             and not status.get("clusterName")
             and condition_status(obj, "QuotaReserved") == "True"
         ):
+            job = owner_job(obj)
+            job_key = None if job is None else f"{key.partition('/')[0]}/{job}"
+            before = self._waiting.get(key)
+            if before is not None and before.job != job_key:
+                self._forget_waiting(key)
             # (assigning keeps the key's place: the set stays in the order they started waiting)
             self._waiting[key] = _Waiting(
                 tuple(str(c.get("name") or "") for c in status.get("admissionChecks") or []),
                 tuple(str(n) for n in status.get("nominatedClusterNames") or ()),
+                job_key,
             )
+            if job_key is not None:
+                self._by_job.setdefault(job_key, set()).add(key)
         else:
-            self._waiting.pop(key, None)
+            self._forget_waiting(key)
 
     def requeue_waiting_on(self, cluster: str, *, nominated_there: bool = True) -> None:
         """A capacity change on ``cluster`` (coalesced): re-queue the waiting workloads whose

@@ -55,6 +55,7 @@ MULTIKUEUE_CLUSTERS = ResourceRef(
 MULTIKUEUE_CONFIGS = ResourceRef(
     KUEUE_GROUP, KUEUE_VERSION, "multikueueconfigs", "MultiKueueConfig", False
 )
+JOBS = ResourceRef("batch", "v1", "jobs", "Job")
 SECRETS = ResourceRef("", "v1", "secrets", "Secret")
 EVENTS = ResourceRef("", "v1", "events", "Event")
 NODES = ResourceRef("", "v1", "nodes", "Node", False)

@@ -85,6 +85,14 @@ CASES = [
         f"cluster offers {A100}",
         id="gpu-type-mismatch",
     ),
+    pytest.param(
+        dataclasses.replace(make_request(cpu=1), name_taken={"w": "Job default/wl is there"}),
+        make_cluster("w", cpu=8),
+        "same-name",
+        RejectionReason.NAME_TAKEN,
+        "Job default/wl is there",
+        id="name-taken",
+    ),
 ]
 
 

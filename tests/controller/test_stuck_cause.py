@@ -18,8 +18,9 @@ from controller_kit import world
 
 from dispatcher.controller.config import ControllerConfig
 from dispatcher.controller.records import PITFALL_ADVICE, Record, parse_time
-from dispatcher.controller.stuck import WORKER_JOBS, StuckDetector
+from dispatcher.controller.stuck import StuckDetector
 from dispatcher.controller.workqueue import WorkQueue
+from dispatcher.k8s.resources import JOBS
 
 
 def _manager_workload() -> dict[str, Any]:
@@ -73,7 +74,7 @@ async def test_the_workers_job_names_the_cause(
         if job_labels is not None:
             worker = w.mirrors.workers["w1"].mirror
             assert worker is not None
-            await worker.api.create(WORKER_JOBS, _job(job_labels), namespace="default")
+            await worker.api.create(JOBS, _job(job_labels), namespace="default")
         cause = await nominator.stuck.cause("w1", _manager_workload())
         if blamed is None:
             assert cause is None

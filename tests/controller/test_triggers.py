@@ -23,6 +23,7 @@ from dispatcher.k8s.client import KubeApi
 from dispatcher.k8s.resources import (
     ADMISSION_CHECKS,
     CLUSTER_QUEUES,
+    JOBS,
     LOCAL_QUEUES,
     MULTIKUEUE_CONFIGS,
     RESOURCE_FLAVORS,
@@ -469,3 +470,107 @@ async def test_what_a_worker_queue_event_asks_for(
             await env.wait(lambda: cache.resource_version != version)
         asked = [k for k in pending if queue.deadline(k) is not None]
         assert asked == ([] if expected is None else [expected + "w1"])
+
+
+def foreign_job(name: str, labels: dict[str, str] | None = None) -> dict[str, object]:
+    """A batch Job on a worker; without our origin label it is not a copy of ours."""
+    metadata: dict[str, object] = {"name": name, "namespace": "default"}
+    if labels:
+        metadata["labels"] = labels
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": {}}
+
+
+def guarded(
+    seen: list[dict[str, str]],
+) -> Callable[[DispatchRequest, Sequence[ClusterSnapshot]], Decision]:
+    """``keep_or_first`` over the clusters the same-name guard leaves (as every pipeline drops
+    them), recording each decision's ``name_taken``."""
+
+    def decide(request: DispatchRequest, snapshots: Sequence[ClusterSnapshot]) -> Decision:
+        seen.append(dict(request.name_taken))
+        return keep_or_first(request, [s for s in snapshots if s.name not in request.name_taken])
+
+    return decide
+
+
+async def test_worker_jobs_cost_nothing_unless_they_take_a_waiting_workloads_name() -> None:
+    """Issue 18 item 5, counted. w1 holds a Job ``train`` that is not ours, and the manager
+    Workload ``job`` is owned by a Job ``train``: its decisions see w1's name taken and it goes
+    to w2. Then a foreign Job of another name created and changed three times on w1, and our
+    own copy Job ``train`` on w2, cost no reconcile, no fan-out, no capacity re-queue and no
+    new index version (snapshots stay valid); deleting w1's foreign ``train`` reconciles
+    ``job`` exactly once, and that decision sees no name taken."""
+    seen: list[dict[str, str]] = []
+    async with (
+        world(decide=guarded(seen)) as env,
+        worker_api(env, "w1") as w1,
+        worker_api(env, "w2") as w2,
+    ):
+        await w1.create(JOBS, foreign_job("train", {"team": "someone"}), namespace="default")
+        await env.start_dispatcher()
+        owned = workload("job")
+        owned["metadata"]["ownerReferences"] = [  # type: ignore[index]
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "name": "train",
+                "uid": "0000-train",
+                "controller": True,
+            }
+        ]
+        await env.api.create(WORKLOADS, owned, namespace="default")
+        await env.api.request(
+            "PATCH",
+            WORKLOADS.path("default", "job") + "/status",
+            body={"status": ELIGIBLE_STATUS},
+            content_type="application/merge-patch+json",
+        )
+        await env.wait(lambda: env.nominated("job") == ("w2",) and env.idle("job"))
+        assert seen[-1] == {"w1": "Job default/train exists there and is not a copy of ours"}
+        assert "w2" not in seen[-1]
+
+        index = env.loop.indexes["w1"]
+        queue = env.loop.queue
+        before = (dict(env.reconciles), env.loop.fan_outs, index.version, len(seen))
+        await w1.create(JOBS, foreign_job("other"), namespace="default")
+        changed: dict[str, object] = {}
+        for i in range(3):
+            changed = await w1.request(
+                "PATCH",
+                JOBS.path("default", "other") + "/status",
+                body={"status": {"active": i}},
+                content_type="application/merge-patch+json",
+            )
+        await w2.create(
+            JOBS, foreign_job("train", {ORIGIN_LABEL: "multikueue"}), namespace="default"
+        )
+        w1_mirror, w2_mirror = env.mirrors.workers["w1"].mirror, env.mirrors.workers["w2"].mirror
+        assert w1_mirror is not None
+        assert w2_mirror is not None
+        version = changed["metadata"]["resourceVersion"]  # type: ignore[index]
+
+        def seen_all() -> bool:
+            other = w1_mirror.cache("jobs").get("other", "default") or {}
+            return (
+                other.get("metadata", {}).get("resourceVersion") == version
+                and w2_mirror.cache("jobs").get("train", "default") is not None
+            )
+
+        await env.wait(seen_all)
+        await env.wait(lambda: index.foreign_jobs == {("default", "train"), ("default", "other")})
+        assert env.idle("job")
+        assert dict(env.reconciles) == before[0]
+        assert (env.loop.fan_outs, index.version, len(seen)) == before[1:]
+        assert queue.deadline(CAPACITY_KEY + "w1") is None
+        assert queue.deadline(USAGE_KEY + "w1") is None
+
+        await w1.request("DELETE", JOBS.path("default", "train"))
+        await env.wait(
+            lambda: (
+                env.reconciles["default/job"] == before[0]["default/job"] + 1 and env.idle("job")
+            )
+        )
+        assert seen[-1] == {}
+        assert index.foreign_jobs == {("default", "other")}
+        assert env.nominated("job") == ("w2",)
+        assert env.loop.fan_outs == before[1]

@@ -32,6 +32,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest, Verdict
 from dispatcher.clusters.activeness import DEFAULT_STALE_GRACE_SECONDS as GRACE
+from dispatcher.clusters.registry import WORKER_RESOURCES
 from dispatcher.controller.config import ControllerConfig
 from dispatcher.controller.outage import (
     RELEASED_AT,
@@ -50,7 +51,8 @@ from dispatcher.telemetry.metrics import Metrics
 Obj = dict[str, Any]
 ALLOWED = "test/allowed"
 PATIENCE = 60.0
-W2_LOOPS = 4  # watch loops of a worker mirror: clusterqueues, localqueues, flavors, workloads
+# Watch loops of a worker mirror: clusterqueues, localqueues, flavors, workloads, jobs.
+W2_LOOPS = len(WORKER_RESOURCES)
 BASE = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 STARVED_MESSAGE = (
     "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in "

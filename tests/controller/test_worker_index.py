@@ -722,3 +722,70 @@ def test_a_cached_snapshot_is_rebuilt_after_a_worker_event() -> None:
     second = snapshot()
     assert second is not first
     assert len(second.pending) == len(first.pending) + 1
+
+
+def job(name: str, origin: str | None) -> Obj:
+    labels = {"batch.kubernetes.io/job-name": name}
+    if origin is not None:
+        labels[ORIGIN_LABEL] = origin
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": "team-a", "labels": labels, "uid": "u"},
+        "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}},
+        "status": {"active": 1},
+    }
+
+
+@pytest.mark.parametrize(
+    ("objects", "taken"),
+    [
+        pytest.param({}, "", id="nothing-there"),
+        pytest.param(
+            {"workloads": [workload("wl", copy_of=None)]},
+            "Workload team-a/wl exists there and is not a copy of ours",
+            id="foreign-workload",
+        ),
+        pytest.param(
+            {"workloads": [workload("wl", copy_of="other-manager")]},
+            "Workload team-a/wl exists there and is not a copy of ours",
+            id="another-managers-copy",
+        ),
+        pytest.param({"workloads": [workload("wl")]}, "", id="our-copy"),
+        pytest.param(
+            {"workloads": [workload("wl", copy_of=None, state="finished")]},
+            "Workload team-a/wl exists there and is not a copy of ours",
+            id="finished-foreign-workload",
+        ),
+        pytest.param(
+            {"jobs": [job("train", None)]},
+            "Job team-a/train exists there and is not a copy of ours",
+            id="foreign-job",
+        ),
+        pytest.param({"jobs": [job("train", "multikueue")]}, "", id="our-job"),
+        pytest.param({"jobs": [job("other", None)]}, "", id="another-name"),
+    ],
+)
+def test_the_same_name_guard_reads_workloads_and_jobs(
+    objects: dict[str, list[Obj]], taken: str
+) -> None:
+    """Issue 18 item 5: which names a worker's index reports taken for the manager Workload
+    ``team-a/wl`` owned by the Job ``train`` (C28, C33). The slim Job keeps only what the guard
+    reads; the same answer comes from a full build and from events applied one by one."""
+    mirror = mirror_of(queues(**objects), WORKER_RESOURCES)
+    assert built(mirror).name_taken("team-a", "wl", "train") == taken
+    for obj in mirror.cache("jobs").objects.values():
+        assert set(obj) == {"apiVersion", "kind", "metadata"}
+        assert set(obj["metadata"].get("labels") or {}) <= {ORIGIN_LABEL}
+    following = WorkerIndex()
+    following.refresh(mirror_of(queues(), WORKER_RESOURCES))
+    fed = following.mirror
+    assert fed is not None
+    for resource in ("workloads", "jobs"):
+        for obj in copy.deepcopy(objects.get(resource, [])):
+            fed.cache(resource).apply(ObjectEvent("ADDED", obj))
+    assert following.name_taken("team-a", "wl", "train") == taken
+    for resource in ("workloads", "jobs"):
+        for obj in copy.deepcopy(objects.get(resource, [])):
+            fed.cache(resource).apply(ObjectEvent("DELETED", obj))
+    assert following.name_taken("team-a", "wl", "train") == ""

@@ -50,7 +50,7 @@ EXTRA_WRITES = {("kueue.x-k8s.io", "workloads", "patch"), ("", "events", "patch"
 EXTRA_WORKER_READS = {
     ("kueue.x-k8s.io", r, "get")
     for r in ("clusterqueues", "localqueues", "resourceflavors", "workloads")
-}
+} | {("batch", "jobs", "get")}  # the stuck detector's one read of a stuck workload's Job
 
 JOBS = [
     json.dumps(

@@ -1,4 +1,4 @@
-"""The e2e scenarios S1-S15 (contract section 12.1), written once against :class:`Backend`.
+"""The e2e scenarios S1-S16 (contract section 12.1), written once against :class:`Backend`.
 
 The topology (``topology.yaml``, ``manifests/samples``): ``worker1`` with 2 A100 GPUs and 8Gi
 of memory, ``worker2`` with 4 H100 GPUs and 32Gi; asymmetric quotas force a job onto one worker
@@ -440,6 +440,26 @@ async def test_s15_a_bad_kubeconfig_secret_leaves_the_other_workers_dispatching(
             assert all("worker-broken" not in n for n in backend.nominations(name)), name
     finally:
         await backend.remove_worker_cluster("worker-broken")
+
+
+async def test_s16_a_same_named_job_that_is_not_ours_keeps_the_workload_off_that_worker(
+    backend: Backend,
+) -> None:
+    """Issue 18 item 5 (C28, C33): worker2, capacity-first's choice for a 4Gi Job (as
+    ``s16-free`` shows), already runs a local Job named ``s16-taken``. Kueue would admit a copy
+    there and then never sync into that Job; the dispatcher leaves worker2 out for the manager
+    Job of that name (the same-name guard), so it goes to worker1 and only worker1 ever gets
+    a copy."""
+    await admit(backend, job("s16-free", memory="4Gi"), "worker2")
+    await backend.submit_to_worker("worker2", job("s16-taken"))
+    await backend.wait_for(
+        lambda: "s16-taken" in backend.worker_jobs("worker2"),
+        "the foreign Job on worker2",
+        backend.timeouts.short,
+    )
+    await admit(backend, job("s16-taken", memory="4Gi"), "worker1")
+    assert {n for n in backend.nominations("s16-taken") if n} == {("worker1",)}
+    assert backend.copies_ever("s16-taken") == {"worker1"}
 
 
 MIX = [job(f"s10-job-{i}", cpu="2") for i in range(3)]

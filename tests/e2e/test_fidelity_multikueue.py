@@ -455,6 +455,21 @@ def stuck(backend: FidelityBackend, name: str) -> Callable[[], bool]:
     return predicate
 
 
+async def admitted_on_worker1_only(
+    backend: FidelityBackend, workload: str, job_name: str, *, merge: bool, why: str
+) -> None:
+    """Nominate worker1 for ``workload`` (as :data:`OTHER_MANAGER`), wait until its copy is
+    admitted there, and check that the manager does not record the admission (``why``) for the
+    quiet window."""
+    await nominate(backend, workload, ["worker1"], merge=merge)
+    await backend.wait_for(
+        lambda: copy_admitted(backend, job_name, "worker1"),
+        "the copy admitted on worker1",
+        backend.timeouts.long,
+    )
+    await backend.stays(stuck(backend, job_name), why, backend.timeouts.quiet)
+
+
 # --- item 3 -------------------------------------------------------------------------------------
 
 
@@ -477,16 +492,12 @@ async def _item3(backend: FidelityBackend) -> None:
         assert status == 422, message
         assert same_cel_refusal(message, MUTUALLY_EXCLUSIVE.format(name=probe)), message
         name = await reserved(backend, job("fid3-job"))
-        await nominate(backend, name, ["worker1"], merge=True)
-        await backend.wait_for(
-            lambda: copy_admitted(backend, "fid3-job", "worker1"),
-            "the copy admitted on worker1",
-            backend.timeouts.long,
-        )
-        await backend.stays(
-            stuck(backend, "fid3-job"),
-            "Kueue's admission write refused: no clusterName, check Pending",
-            backend.timeouts.quiet,
+        await admitted_on_worker1_only(
+            backend,
+            name,
+            "fid3-job",
+            merge=True,
+            why="Kueue's admission write refused: no clusterName, check Pending",
         )
     admitted = await backend.wait_workload(
         "fid3-job",
@@ -761,63 +772,70 @@ FOREIGN_JOB: Obj = {
 }
 
 
-async def admission_stuck_events(backend: FidelityBackend, workload: str) -> list[Obj]:
-    """The dispatcher's ``AdmissionStuck`` Events on a manager Workload."""
+async def dispatcher_events(backend: FidelityBackend, workload: str, reason: str) -> list[Obj]:
+    """The dispatcher's Events of ``reason`` on a manager Workload."""
     listed = await client.CoreV1Api(backend.apis["manager"]).list_namespaced_event(NAMESPACE)
     return [
         backend.apis["manager"].sanitize_for_serialization(e)
         for e in listed.items
-        if e.reason == "AdmissionStuck" and e.involved_object.name == workload
+        if e.reason == reason and e.involved_object.name == workload
     ]
 
 
 async def test_item11_c33_same_named_foreign_job_on_the_worker_keeps_the_admission_stuck(
     backend: FidelityBackend,
 ) -> None:
-    """Issue 14 item 11 (C33): worker1 already has a Job named like ours, without our origin
-    label. Kueue checks the remote Job's ownership before it syncs it and records the admission;
-    the check fails on every retry, so the Workload stays unadmitted while its copy is admitted
-    on worker1, and the foreign Job is left alone. The dispatcher reports the workload stuck
-    and names that cause (not the field-manager pitfall). Once the foreign Job is gone, Kueue
-    creates its own Job and the admission lands."""
+    """Issue 14 item 11 (C33) and issue 18 item 5 (the same-name guard): worker1, the only
+    worker with A100s, already has a Job named like ours, without our origin label.
+
+    Our dispatcher never nominates worker1 for it while that Job is there: no nomination, no
+    copy, and a ``NotNominated`` Event naming the Job. Kueue's side, with another dispatcher
+    (the test) nominating worker1 anyway: Kueue checks the remote Job's ownership before it
+    syncs it and records the admission; the check fails on every retry, so the Workload stays
+    unadmitted while its copy is admitted on worker1, and the foreign Job is left alone. Once
+    the foreign Job is gone, Kueue creates its own Job and the admission lands."""
     worker_jobs = client.BatchV1Api(backend.apis["worker1"])
     await worker_jobs.create_namespaced_job(NAMESPACE, FOREIGN_JOB)  # type: ignore[arg-type]
+    foreign_gone = False
     try:
-        await backend.submit(job("fid11-job", gpus=1, gpuType=A100))  # goes to worker1
-        await backend.wait_for(
-            lambda: copy_admitted(backend, "fid11-job", "worker1"),
-            "the copy admitted on worker1",
-            backend.timeouts.long,
-        )
-        await backend.stays(
-            stuck(backend, "fid11-job"), "not admitted on the manager", backend.timeouts.quiet
-        )
-        name = str((backend.workload("fid11-job") or {})["metadata"]["name"])
+        name = await reserved(backend, job("fid11-job", gpus=1, gpuType=A100))
         with anyio.fail_after(backend.timeouts.long):
-            while not (events := await admission_stuck_events(backend, name)):  # noqa: ASYNC110
+            while not (events := await dispatcher_events(backend, name, "NotNominated")):  # noqa: ASYNC110
                 await anyio.sleep(1.0)  # Events are not mirrored: re-list, bounded above
-        [event] = events
-        assert event["type"] == "Warning"
-        message = event["message"]
+        message = events[-1]["message"]
         assert (
-            f"a Job {NAMESPACE}/fid11-job already exists on worker1 and was not created by "
-            "this manager's Kueue (no origin label" in message
+            f"worker1: Job {NAMESPACE}/fid11-job exists there and is not a copy of ours" in message
         ), message
-        assert "field-manager pitfall" not in message, message
-        foreign = await worker_jobs.read_namespaced_job("fid11-job", NAMESPACE)
-        assert (foreign.metadata.labels or {}) == {"owner": "someone"}
-        assert stuck(backend, "fid11-job")()
-    finally:
-        with contextlib.suppress(ApiException):
+        await backend.stays(
+            lambda: (
+                not any(backend.nominations("fid11-job")) and not backend.copies_ever("fid11-job")
+            ),
+            "the guard: never nominated, no copy on worker1",
+            backend.timeouts.quiet,
+        )
+        async with without_dispatcher(backend):
+            await admitted_on_worker1_only(
+                backend, name, "fid11-job", merge=False, why="not admitted on the manager"
+            )
+            foreign = await worker_jobs.read_namespaced_job("fid11-job", NAMESPACE)
+            assert (foreign.metadata.labels or {}) == {"owner": "someone"}
+            assert stuck(backend, "fid11-job")()
             await worker_jobs.delete_namespaced_job(
                 "fid11-job", NAMESPACE, propagation_policy="Background"
             )
-    await backend.wait_workload(
-        "fid11-job",
-        admitted_on("worker1"),
-        "admitted once the foreign Job is gone",
-        backend.timeouts.long,
-    )
+            foreign_gone = True
+            await backend.wait_workload(
+                "fid11-job",
+                admitted_on("worker1"),
+                "admitted once the foreign Job is gone",
+                backend.timeouts.long,
+            )
+    finally:
+        if not foreign_gone:
+            with contextlib.suppress(ApiException):
+                await worker_jobs.delete_namespaced_job(
+                    "fid11-job", NAMESPACE, propagation_policy="Background"
+                )
     ours = await worker_jobs.read_namespaced_job("fid11-job", NAMESPACE)
     assert (ours.metadata.labels or {}).get(ORIGIN_LABEL) == "multikueue"
     assert condition(backend.workload("fid11-job"), "Admitted") is not None
