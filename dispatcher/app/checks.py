@@ -187,12 +187,16 @@ async def _explain(args: argparse.Namespace, settings: Settings) -> int:
                 outage = await nominator.explain_outage(key)
             except InvalidField as error:
                 eligibility_reason, decision, outage = f"cannot dispatch: {error}", None, []
+            workload = registry.manager.cache("workloads").get(name, namespace)
+            gpu = nominator.gpu_type_check(workload) if workload is not None else None
             group.cancel_scope.cancel()
         print(f"fresh evaluation: {eligibility_reason}")
         if decision is not None:
             print(describe_decision(decision))
         for line in outage:
             print(line)
+        if gpu is not None:
+            print(gpu.message)
     return 0
 
 

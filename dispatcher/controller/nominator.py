@@ -85,6 +85,7 @@ from dispatcher.k8s.ratelimit import TokenBucket
 from dispatcher.k8s.watching import WatchItem, key_text
 from dispatcher.kueue.admission import admission_usage, format_resource_quantity
 from dispatcher.kueue.eligibility import eligibility, multikueue_check_state
+from dispatcher.kueue.gputypes import GpuTypeCheck, check_gpu_type, cluster_gpu_types
 from dispatcher.kueue.objects import InvalidField, frozen_map
 from dispatcher.telemetry.metrics import ConnectionState, Metrics
 from dispatcher.telemetry.tracing import ATTR_NAMESPACE, ATTR_WORKLOAD, SPAN_RECONCILE
@@ -1355,12 +1356,80 @@ class Nominator:
                     cluster_queue=cq,
                     cluster=str(cluster),
                 )
+        if cluster and not record.gpu_checked and record.first_nominated_at is not None:
+            self._verify_gpu_type(key, workload, record)
         if not cluster:
             record.first_nominated_at = None
             record.admission_reported = False
+            record.gpu_checked = False
         self.in_flight.forget(key)
         record.nominated, record.nominated_at = (), None
         self._publish_in_flight()
+
+    # --- verified GPU type (issue 18 item 4) ------------------------------------------------
+
+    def gpu_type_check(self, workload: Mapping[str, Any]) -> GpuTypeCheck | None:
+        """Compare the GPU flavor the worker assigned to an admitted workload (its copy's
+        ``status.admission`` in our mirror of that worker) with the GPU types the workload
+        requires or prefers. None when it is not admitted, its copy is not in the mirror (yet),
+        or there is nothing to compare (no GPU flavor, no GPU type asked for)."""
+        found = self._copy_admission(workload)
+        index = self._index(found[0]) if found is not None else None
+        if found is None or index is None:
+            return None
+        cluster, admission = found
+        try:
+            request = request_from_workload(
+                workload,
+                now=self._now(),
+                label_key=self.config.gpu_label_key,
+                resource_pattern=self.config.gpu_resource_pattern,
+            )
+        except InvalidField:
+            return None
+        mkc = self.registry.manager.cache("multikueueclusters").get(cluster) or {}
+        claimed = cluster_gpu_types((), cluster_labels=(mkc.get("metadata") or {}).get("labels"))
+        return check_gpu_type(
+            cluster,
+            admission,
+            {flavor.name: flavor for flavor in index.flavors},
+            required=request.required_gpu_types,
+            preferred=request.preferred_gpu_types,
+            claimed=claimed,
+            label_key=self.config.gpu_label_key,
+            resource_pattern=self.config.gpu_resource_pattern,
+        )
+
+    def _copy_admission(self, workload: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]] | None:
+        """The cluster an admitted workload runs on and its copy's ``status.admission`` there,
+        from our mirror of that worker (None: not admitted, or not in the mirror yet)."""
+        cluster = str((workload.get("status") or {}).get("clusterName") or "")
+        worker = self.registry.workers.get(cluster) if cluster else None
+        if worker is None or worker.mirror is None:
+            return None
+        meta = workload.get("metadata") or {}
+        copy = worker.mirror.cache("workloads").get(
+            str(meta.get("name", "")), str(meta.get("namespace", ""))
+        )
+        admission = ((copy or {}).get("status") or {}).get("admission")
+        return (cluster, admission) if admission else None
+
+    def _verify_gpu_type(self, key: str, workload: Mapping[str, Any], record: Record) -> None:
+        """Once per admission: a GPU type mismatch is a Warning ``GPUTypeMismatch`` Event, a log
+        line and ``multikueue_dispatcher_gpu_type_mismatches_total``. Until the copy's
+        admission is in our mirror nothing is concluded (the copy's next event comes back)."""
+        found = self._copy_admission(workload)
+        if found is None:
+            return
+        cluster = found[0]
+        record.gpu_checked = True
+        check = self.gpu_type_check(workload)
+        if check is None or not check.mismatch:
+            return
+        log.warning("workload %s: %s", key, check.message, extra={"workload": key})
+        if self.metrics is not None:
+            self.metrics.gpu_type_mismatch(cluster=cluster, kind=check.mismatch)
+        self._event(workload, "GPUTypeMismatch", check.message, "Warning")
 
     async def _decide(
         self, key: str, request: DispatchRequest, snapshots: list[ClusterSnapshot]

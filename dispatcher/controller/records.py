@@ -40,6 +40,8 @@ class Record:
     event_message: str = ""
     first_nominated_at: float | None = None
     admission_reported: bool = False
+    gpu_checked: bool = False
+    """The GPU type its worker assigned was compared with what it asked for (once)."""
     problem: str = ""
     unconfirmed: Unconfirmed | None = None
     leftover_since: float | None = None

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from dispatcher.kueue.objects import ClusterQueueView, PodSetView, ResourceFlavorView
 
@@ -26,6 +28,8 @@ __all__ = [
     "DEFAULT_GPU_LABEL",
     "DEFAULT_GPU_RESOURCE_PATTERN",
     "PREFERRED_GPU_TYPES_ANNOTATION",
+    "GpuTypeCheck",
+    "check_gpu_type",
     "cluster_gpu_types",
     "gpu_type_of_resource",
     "parse_preferred_gpu_types",
@@ -154,3 +158,93 @@ def cluster_gpu_types(
         if label_key in flavor.node_labels:
             types.add(flavor.node_labels[label_key])
     return frozenset(types)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuTypeCheck:
+    """The GPU type a worker gave an admitted workload, against the types it required or
+    preferred (issue 18 item 4)."""
+
+    cluster: str
+    assigned: tuple[tuple[str, str | None], ...]
+    """Each flavor the worker assigned to a GPU resource, with its GPU type (``None``: the
+    flavor names none, so the type cannot be read from it)."""
+    mismatch: Literal["", "required", "preferred"]
+    """``required``: a known assigned type is not one the workload requires; ``preferred``:
+    it requires none, and a known assigned type is not one it prefers; ``""``: no mismatch
+    (or nothing to compare)."""
+    message: str
+
+    @property
+    def verified(self) -> bool:
+        """Every GPU flavor's type was known and matched."""
+        return not self.mismatch and all(t is not None for _, t in self.assigned)
+
+
+def _is_gpu_resource(resource: str, pattern: str) -> bool:
+    return (
+        resource.rsplit("/", 1)[-1] == "gpu" or gpu_type_of_resource(resource, pattern) is not None
+    )
+
+
+def check_gpu_type(
+    cluster: str,
+    admission: Mapping[str, Any] | None,
+    flavors: Mapping[str, ResourceFlavorView],
+    *,
+    required: frozenset[str] | None,
+    preferred: tuple[str, ...],
+    claimed: frozenset[str] = frozenset(),
+    label_key: str = DEFAULT_GPU_LABEL,
+    resource_pattern: str = DEFAULT_GPU_RESOURCE_PATTERN,
+) -> GpuTypeCheck | None:
+    """Compare the flavors ``cluster`` assigned to the GPU resources of a workload (its copy's
+    ``status.admission``) with the GPU types the workload ``required`` or ``preferred``.
+
+    A flavor's type is its ``label_key`` node label, else the type a per-type resource name
+    encodes. ``claimed`` is what the cluster's MultiKueueCluster labels say it offers (named
+    in the message when it disagrees: a mislabelled cluster). ``None`` when there is nothing
+    to compare: no GPU assignment, or neither a requirement nor a preference."""
+    if not required and not preferred:
+        return None
+    assigned: dict[str, str | None] = {}
+    for assignment in (admission or {}).get("podSetAssignments") or []:
+        for resource, flavor in ((assignment or {}).get("flavors") or {}).items():
+            if not _is_gpu_resource(str(resource), resource_pattern):
+                continue
+            view = flavors.get(str(flavor))
+            kind = view.node_labels.get(label_key) if view is not None else None
+            assigned[str(flavor)] = kind or gpu_type_of_resource(str(resource), resource_pattern)
+    if not assigned:
+        return None
+    pairs = tuple(sorted(assigned.items()))
+    known = {t for _, t in pairs if t is not None}
+    shown = ", ".join(f"{name} ({t or f'no {label_key} node label'})" for name, t in pairs)
+    mismatch: Literal["", "required", "preferred"] = ""
+    if required and known - required:
+        mismatch = "required"
+        wanted = f"requires {', '.join(sorted(required))}"
+    elif not required and known - set(preferred):
+        mismatch = "preferred"
+        wanted = f"prefers {', '.join(preferred)}"
+    else:
+        wanted = (
+            f"requires {', '.join(sorted(required))}"
+            if required
+            else f"prefers {', '.join(preferred)}"
+        )
+    if mismatch:
+        message = (
+            f"GPU type mismatch on {cluster}: the worker assigned flavor {shown}; "
+            f"the workload {wanted}"
+        )
+        if claimed and claimed != known:
+            message += (
+                f" (its MultiKueueCluster's labels say it offers {', '.join(sorted(claimed))}: "
+                "mislabelled?)"
+            )
+    elif len(known) < len(pairs):
+        message = f"GPU type not verified on {cluster}: flavor {shown}; the workload {wanted}"
+    else:
+        message = f"GPU type verified on {cluster}: flavor {shown}; the workload {wanted}"
+    return GpuTypeCheck(cluster, pairs, mismatch, message)

@@ -215,6 +215,15 @@ STUCK_WORKLOADS = Series(
     "cannot set status.clusterName while our field manager owns status.nominatedClusterNames "
     "(contract C43).",
 )
+GPU_TYPE_MISMATCHES = Series(
+    PREFIX + "gpu_type_mismatches",
+    "counter",
+    "1",
+    ("cluster", "kind"),
+    "Workloads admitted on a GPU flavor whose type (its node label) they do not require "
+    "(kind=required) or, requiring none, do not prefer (kind=preferred): a worker flavor or "
+    "MultiKueueCluster mislabelled, or a worker ClusterQueue that offers several types.",
+)
 EVENT_LOOP_TASKS = Series(
     PREFIX + "event_loop_tasks",
     "gauge",
@@ -262,6 +271,7 @@ SERIES: tuple[Series, ...] = (
     QUEUE_DEPTH,
     PLUGIN_INFO,
     STUCK_WORKLOADS,
+    GPU_TYPE_MISMATCHES,
     EVENT_LOOP_TASKS,
     UNPLACEABLE_QUOTA,
     UNPLACEABLE_WORKLOADS,
@@ -323,6 +333,7 @@ class Metrics:
         self._filtered = counter(FILTERED_CLUSTERS)
         self._no_feasible = counter(NO_FEASIBLE_CLUSTER)
         self._stuck = counter(STUCK_WORKLOADS)
+        self._gpu_mismatches = counter(GPU_TYPE_MISMATCHES)
         self._unplaceable_actions = counter(UNPLACEABLE_ACTIONS)
         self._decision_latency = histogram(DECISION_LATENCY, DECISION_LATENCY_BUCKETS)
         self._time_to_admission = histogram(TIME_TO_ADMISSION, TIME_TO_ADMISSION_BUCKETS)
@@ -424,6 +435,11 @@ class Metrics:
     def stuck_workload(self, *, cluster_queue: str) -> None:
         """Count one workload found stuck by the field-manager pitfall (contract C43)."""
         self._stuck.add(1, {"cluster_queue": cluster_queue, "replica_role": self._role})
+
+    def gpu_type_mismatch(self, *, cluster: str, kind: Literal["required", "preferred"]) -> None:
+        """Count one workload admitted on ``cluster`` on a GPU type it does not require or
+        prefer (``kind``)."""
+        self._gpu_mismatches.add(1, {"cluster": cluster, "kind": kind, "replica_role": self._role})
 
     def unplaceable_action(
         self, action: Literal["release", "restore"], *, cluster_queue: str

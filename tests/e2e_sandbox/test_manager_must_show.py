@@ -40,6 +40,7 @@ pytestmark = pytest.mark.slow
 
 STUCK_SERIES = "multikueue_dispatcher_stuck_workloads_total"
 NO_FEASIBLE_SERIES = "multikueue_dispatcher_no_feasible_cluster_total"
+GPU_MISMATCH_SERIES = "multikueue_dispatcher_gpu_type_mismatches_total"
 UNPLACEABLE_SERIES = {
     "multikueue_dispatcher_unplaceable_quota",
     "multikueue_dispatcher_unplaceable_workloads",
@@ -399,6 +400,8 @@ async def test_metrics_show_documented_series_and_explain_prints_verdicts(
                 continue  # only when no cluster can take a workload: test_scrape_after_faults
             if series in UNPLACEABLE_SERIES:
                 continue  # only while a worker is down: tests/e2e_sandbox/test_worker_outage.py
+            if series == GPU_MISMATCH_SERIES:
+                continue  # only after a GPU type mismatch: tests/e2e/test_e2e_placement.py
             name = f"{series}_count" if kind == "histogram" else series
             values = [value for _, value in samples.get(name, [])]
             if not values or (kind != "gauge" and sum(values) <= 0):
@@ -434,3 +437,13 @@ async def test_metrics_show_documented_series_and_explain_prints_verdicts(
         assert "#0 worker-h100: kept" in out
         assert "-- worker-a100: dropped by" in out
         assert "-- worker-cpu: dropped by" in out
+
+        # The admitted one: explain compares the flavor worker-h100 assigned with the type it
+        # requires (issue 18 item 4).
+        admitted = next(workloads[n]["metadata"] for n in h100_jobs if cluster_of(workloads[n]))
+        argv[1] = f"{admitted['namespace']}/{admitted['name']}"
+        code, out, err = await run_cli_process(argv)
+        assert code == 0, out + err
+        [line] = [x for x in out.splitlines() if x.startswith("GPU type ")]
+        assert line.startswith("GPU type verified on worker-h100: flavor "), line
+        assert line.endswith(f"; the workload requires {H100}"), line

@@ -33,6 +33,7 @@ def exercise(metrics: Metrics) -> None:
     metrics.set_queue_depth(7)
     metrics.add_plugin_info("capacity-first", distribution="built-in", version="0.1.0")
     metrics.stuck_workload(cluster_queue="cq-gpu")
+    metrics.gpu_type_mismatch(cluster="c", kind="preferred")
     metrics.filtered_cluster(plugin="gpu-type", reason=RejectionReason.GPU_TYPE_MISMATCH)
     metrics.no_feasible_cluster(cluster_queue="cq-gpu", algorithm="a+b")
     metrics.set_unplaceable({("cq-gpu", "default-flavor", "nvidia.com/gpu"): 8000}, {"cq-gpu": 1})
