@@ -1374,10 +1374,15 @@ class Nominator:
         requires or prefers. None when it is not admitted, its copy is not in the mirror (yet),
         or there is nothing to compare (no GPU flavor, no GPU type asked for)."""
         found = self._copy_admission(workload)
-        index = self._index(found[0]) if found is not None else None
-        if found is None or index is None:
+        return None if found is None else self._check_gpu_type(workload, *found)
+
+    def _check_gpu_type(
+        self, workload: Mapping[str, Any], cluster: str, admission: Mapping[str, Any]
+    ) -> GpuTypeCheck | None:
+        """:meth:`gpu_type_check` once the copy's admission on ``cluster`` was found."""
+        index = self._index(cluster)
+        if index is None:
             return None
-        cluster, admission = found
         try:
             request = request_from_workload(
                 workload,
@@ -1421,11 +1426,11 @@ class Nominator:
         found = self._copy_admission(workload)
         if found is None:
             return
-        cluster = found[0]
         record.gpu_checked = True
-        check = self.gpu_type_check(workload)
+        check = self._check_gpu_type(workload, *found)
         if check is None or not check.mismatch:
             return
+        cluster = found[0]
         log.warning("workload %s: %s", key, check.message, extra={"workload": key})
         if self.metrics is not None:
             self.metrics.gpu_type_mismatch(cluster=cluster, kind=check.mismatch)

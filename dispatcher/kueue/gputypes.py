@@ -221,18 +221,14 @@ def check_gpu_type(
     known = {t for _, t in pairs if t is not None}
     shown = ", ".join(f"{name} ({t or f'no {label_key} node label'})" for name, t in pairs)
     mismatch: Literal["", "required", "preferred"] = ""
-    if required and known - required:
-        mismatch = "required"
+    if required:
         wanted = f"requires {', '.join(sorted(required))}"
-    elif not required and known - set(preferred):
-        mismatch = "preferred"
-        wanted = f"prefers {', '.join(preferred)}"
+        if known - required:
+            mismatch = "required"
     else:
-        wanted = (
-            f"requires {', '.join(sorted(required))}"
-            if required
-            else f"prefers {', '.join(preferred)}"
-        )
+        wanted = f"prefers {', '.join(preferred)}"
+        if known - set(preferred):
+            mismatch = "preferred"
     if mismatch:
         message = (
             f"GPU type mismatch on {cluster}: the worker assigned flavor {shown}; "
