@@ -165,6 +165,34 @@ class Backend(Protocol):
 # --- observed state ------------------------------------------------------------------------------
 
 
+class ApiBackend(Backend, Protocol):
+    """A :class:`Backend` with its API clients (every backend here is a ``KubeBackend``)."""
+
+    apis: dict[str, client.ApiClient]
+
+
+async def listed_events(backend: ApiBackend, workload: str, reason: str) -> list[Obj]:
+    """The Events of ``reason`` on the manager Workload ``workload`` now (one list call: Events
+    are not mirrored)."""
+    listed = await client.CoreV1Api(backend.apis["manager"]).list_namespaced_event(NAMESPACE)
+    return [
+        backend.apis["manager"].sanitize_for_serialization(e)
+        for e in listed.items
+        if e.reason == reason and e.involved_object.name == workload
+    ]
+
+
+async def manager_events(
+    backend: ApiBackend, workload: str, reason: str, within: float
+) -> list[Obj]:
+    """:func:`listed_events` once there is one, waiting up to ``within`` seconds (listed again
+    twice a second, bounded above)."""
+    with anyio.fail_after(within):
+        while not (found := await listed_events(backend, workload, reason)):  # noqa: ASYNC110
+            await anyio.sleep(0.5)
+    return found
+
+
 @dataclass
 class History:
     """What was observed of one Workload (by name) over the run."""

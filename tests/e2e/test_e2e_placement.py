@@ -9,11 +9,19 @@ H100 (``tests/e2e/topology.yaml``).
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
-import anyio
 import pytest
-from e2e_backend import A100, H100, NAMESPACE, Backend, admitted_on
+from e2e_backend import (
+    A100,
+    H100,
+    NAMESPACE,
+    ApiBackend,
+    Backend,
+    admitted_on,
+    listed_events,
+    manager_events,
+)
 from kubernetes_asyncio import client
 
 from dispatcher.kueue.gputypes import CLUSTER_GPU_TYPE_LABEL
@@ -21,15 +29,8 @@ from dispatcher.sandbox.topology import WorkloadLine
 
 pytestmark = [pytest.mark.slow, pytest.mark.crds]
 
-Obj = dict[str, Any]
 KUEUE, V1BETA2 = "kueue.x-k8s.io", "v1beta2"
 MERGE = "application/merge-patch+json"
-
-
-class ApiBackend(Backend, Protocol):
-    """A :class:`Backend` with its API clients (every backend here is a ``KubeBackend``)."""
-
-    apis: dict[str, client.ApiClient]
 
 
 @pytest.fixture(autouse=True)
@@ -61,15 +62,6 @@ async def label_cluster(backend: ApiBackend, cluster: str, value: str | None) ->
     )
 
 
-async def events(backend: ApiBackend, workload: str, reason: str) -> list[Obj]:
-    listed = await client.CoreV1Api(backend.apis["manager"]).list_namespaced_event(NAMESPACE)
-    return [
-        backend.apis["manager"].sanitize_for_serialization(e)
-        for e in listed.items
-        if e.reason == reason and e.involved_object.name == workload
-    ]
-
-
 async def test_item4_a_gpu_type_mismatch_is_surfaced_as_a_warning_event(
     backend: ApiBackend,
 ) -> None:
@@ -90,9 +82,7 @@ async def test_item4_a_gpu_type_mismatch_is_surfaced_as_a_warning_event(
             "gpu-prefers-a100", admitted_on("worker2"), "admitted on worker2", backend.timeouts.long
         )
         name = str(admitted["metadata"]["name"])
-        with anyio.fail_after(backend.timeouts.short):
-            while not (found := await events(backend, name, "GPUTypeMismatch")):  # noqa: ASYNC110
-                await anyio.sleep(0.5)  # Events are not mirrored: re-list, bounded above
+        found = await manager_events(backend, name, "GPUTypeMismatch", backend.timeouts.short)
     finally:
         await label_cluster(backend, "worker2", None)
     [event] = found
@@ -103,4 +93,5 @@ async def test_item4_a_gpu_type_mismatch_is_surfaced_as_a_warning_event(
         "mislabelled?)"
     )
     # The first Job was admitted, and checked, before the second was submitted.
-    assert await events(backend, str(required["metadata"]["name"]), "GPUTypeMismatch") == []
+    first = str(required["metadata"]["name"])
+    assert await listed_events(backend, first, "GPUTypeMismatch") == []

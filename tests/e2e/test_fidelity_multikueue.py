@@ -34,7 +34,7 @@ import json
 import statistics
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any, Protocol
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -42,11 +42,12 @@ import pytest
 from e2e_backend import (
     A100,
     NAMESPACE,
-    Backend,
+    ApiBackend,
     admitted_on,
     cluster_of,
     condition,
     is_true,
+    manager_events,
     owner_job,
 )
 from kubernetes_asyncio import client, watch
@@ -59,10 +60,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.crds]
 Obj = dict[str, Any]
 
 
-class FidelityBackend(Backend, Protocol):
-    """A :class:`Backend` with its API clients (every backend here is a ``KubeBackend``)."""
-
-    apis: dict[str, client.ApiClient]
+FidelityBackend = ApiBackend
 
 
 KUEUE = "kueue.x-k8s.io"
@@ -772,16 +770,6 @@ FOREIGN_JOB: Obj = {
 }
 
 
-async def dispatcher_events(backend: FidelityBackend, workload: str, reason: str) -> list[Obj]:
-    """The dispatcher's Events of ``reason`` on a manager Workload."""
-    listed = await client.CoreV1Api(backend.apis["manager"]).list_namespaced_event(NAMESPACE)
-    return [
-        backend.apis["manager"].sanitize_for_serialization(e)
-        for e in listed.items
-        if e.reason == reason and e.involved_object.name == workload
-    ]
-
-
 async def test_item11_c33_same_named_foreign_job_on_the_worker_keeps_the_admission_stuck(
     backend: FidelityBackend,
 ) -> None:
@@ -799,9 +787,7 @@ async def test_item11_c33_same_named_foreign_job_on_the_worker_keeps_the_admissi
     foreign_gone = False
     try:
         name = await reserved(backend, job("fid11-job", gpus=1, gpuType=A100))
-        with anyio.fail_after(backend.timeouts.long):
-            while not (events := await dispatcher_events(backend, name, "NotNominated")):  # noqa: ASYNC110
-                await anyio.sleep(1.0)  # Events are not mirrored: re-list, bounded above
+        events = await manager_events(backend, name, "NotNominated", backend.timeouts.long)
         message = events[-1]["message"]
         assert (
             f"worker1: Job {NAMESPACE}/fid11-job exists there and is not a copy of ours" in message
