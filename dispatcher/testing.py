@@ -33,6 +33,7 @@ from dispatcher.algorithms import (
     queued_workload,
 )
 from dispatcher.kueue.gputypes import DEFAULT_GPU_LABEL, cluster_gpu_types, required_gpu_types
+from dispatcher.kueue.hints import Taint, parse_placement_hints
 from dispatcher.kueue.objects import (
     ClusterQueueView,
     FlavorQuotas,
@@ -128,10 +129,13 @@ def make_request(
     queued_at: float | None = None,
     pod_sets: Sequence[PodSetView] | None = None,
     label_key: str = DEFAULT_GPU_LABEL,
+    annotations: Mapping[str, str] | None = None,
 ) -> DispatchRequest:
     """A request with one pod set (or the given ``pod_sets``).
 
     ``nominated_at`` defaults to ``now`` when ``nominated`` is given (a fresh nomination).
+    ``annotations`` are the Workload's; placement hints among them are parsed as the
+    controller parses them (a bad one raises :class:`~dispatcher.kueue.objects.InvalidField`).
     """
     sets = (
         tuple(pod_sets)
@@ -160,6 +164,8 @@ def make_request(
         queued_at=queued_at,
         nominated=tuple(nominated),
         nominated_at=(now if nominated and nominated_at is None else nominated_at),
+        annotations=frozen_map(annotations),
+        hints=parse_placement_hints([("metadata.annotations", annotations or {})]),
     )
 
 
@@ -195,6 +201,7 @@ def make_cluster(
     cohort_limit: Mapping[tuple[str, str], Amount] | None = None,
     has_queue: bool = True,
     label_key: str = DEFAULT_GPU_LABEL,
+    taints: Sequence[Taint] = (),
 ) -> ClusterSnapshot:
     """A worker snapshot with one ClusterQueue of one resource group.
 
@@ -267,6 +274,7 @@ def make_cluster(
         gpu_types=cluster_gpu_types(
             views.values(), cluster_queue=cq, cluster_labels=labels, label_key=label_key
         ),
+        taints=tuple(taints),
     )
 
 

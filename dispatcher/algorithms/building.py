@@ -14,6 +14,7 @@ from dispatcher.kueue.gputypes import (
     parse_preferred_gpu_types,
     required_gpu_types,
 )
+from dispatcher.kueue.hints import Taint, parse_placement_hints
 from dispatcher.kueue.objects import (
     ClusterQueueView,
     InvalidField,
@@ -45,14 +46,24 @@ def request_from_workload(
     if not view.pod_sets and not isinstance(workload, WorkloadView):
         raise InvalidField("spec.podSets", "no pod sets (Kueue's Workload CRD requires 1 to 18)")
     preferred = parse_preferred_gpu_types(view.annotations)
-    if not preferred and not isinstance(workload, WorkloadView):
-        # A Job's annotations do not reach its Workload, but its pod template does: accept the
-        # preference from the first pod template that carries it.
-        for pod_set in (workload.get("spec") or {}).get("podSets") or []:
+    # A Job's annotations do not reach its Workload, but its pod template does: the GPU
+    # preference (from the first pod template that carries it) and the placement hints are
+    # read there too.
+    annotation_maps: list[tuple[str, Mapping[str, str]]] = [
+        ("metadata.annotations", view.annotations)
+    ]
+    if not isinstance(workload, WorkloadView):
+        for index, pod_set in enumerate((workload.get("spec") or {}).get("podSets") or []):
             template_meta = (pod_set.get("template") or {}).get("metadata") or {}
-            preferred = parse_preferred_gpu_types(template_meta.get("annotations") or {})
-            if preferred:
-                break
+            annotations = template_meta.get("annotations")
+            if not annotations or not isinstance(annotations, Mapping):
+                continue
+            annotation_maps.append(
+                (f"spec.podSets[{index}].template.metadata.annotations", annotations)
+            )
+            if not preferred:
+                preferred = parse_preferred_gpu_types(annotations)
+    hints = parse_placement_hints(annotation_maps)
     return DispatchRequest(
         namespace=view.namespace,
         name=view.name,
@@ -69,6 +80,7 @@ def request_from_workload(
         nominated_at=nominated_at,
         labels=view.labels,
         annotations=view.annotations,
+        hints=hints,
     )
 
 
@@ -93,6 +105,8 @@ def snapshot_from_objects(
     in_flight: Iterable[QueuedWorkload] = (),
     label_key: str = DEFAULT_GPU_LABEL,
     resource_pattern: str = DEFAULT_GPU_RESOURCE_PATTERN,
+    taints: tuple[Taint, ...] = (),
+    taints_error: str = "",
 ) -> ClusterSnapshot:
     """A worker's snapshot for one workload's ``namespace/queue_name`` from its mirrored objects.
 
@@ -123,4 +137,6 @@ def snapshot_from_objects(
             label_key=label_key,
             resource_pattern=resource_pattern,
         ),
+        taints=taints,
+        taints_error=taints_error,
     )

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from dispatcher.kueue.hints import NO_HINTS, PlacementHints, Taint
 from dispatcher.kueue.objects import (
     ClusterQueueView,
     FlavorResource,
@@ -69,6 +70,10 @@ class DispatchRequest:
     name is there and is not a copy of ours, with what holds the name (the same-name guard; the
     controller fills it from its mirrors). Every pipeline drops them, as it drops inactive
     clusters."""
+    hints: PlacementHints = NO_HINTS
+    """The workload's placement hints (:mod:`dispatcher.kueue.hints`): every pipeline drops the
+    clusters a required hint or an untolerated taint rules out (stage ``hints``) and ranks the
+    rest by the preferred ones."""
 
     @property
     def key(self) -> str:
@@ -131,6 +136,12 @@ class ClusterSnapshot:
     """Our nominations to this cluster that its Kueue has not reserved yet, oldest first."""
     gpu_types: frozenset[str] = frozenset()
     """GPU types the cluster offers (learned from flavors or overridden by labels)."""
+    taints: tuple[Taint, ...] = ()
+    """Taints of the MultiKueueCluster (its ``multikueue-dispatcher.io/cluster-taints``
+    annotation): a workload must tolerate them to be placed there."""
+    taints_error: str = ""
+    """Why the MultiKueueCluster's taints cannot be read (empty: they can). Such a cluster is
+    taken for tainted by something no workload tolerates until the annotation is fixed."""
     derived: dict[str, Any] = field(default_factory=dict, init=False, compare=False, repr=False)
     """Cache of values derived from this (immutable) snapshot alone, such as the quota left after
     in-flight deduction; shared by all decisions that use the snapshot. Not part of equality."""
@@ -164,6 +175,8 @@ class RejectionReason(StrEnum):
     NO_GPU_TYPES = "no_gpu_types"
     GPU_TYPE_MISMATCH = "gpu_type_mismatch"
     NAME_TAKEN = "name_taken"
+    PLACEMENT_HINT = "placement_hint"
+    TAINTED = "tainted"
     RESTRICTED = "restricted"
     OTHER = "other"
 
@@ -182,6 +195,10 @@ REJECTION_REASONS: Mapping[RejectionReason, str] = {
     RejectionReason.NAME_TAKEN: "a Workload or Job of the workload's name is on the cluster and "
     "is not a copy of ours: Kueue would never run it there (the pipeline's own 'same-name' "
     "guard)",
+    RejectionReason.PLACEMENT_HINT: "ruled out by one of the workload's placement hints (cluster "
+    "names, cluster selector, required cluster affinity; the pipeline's own 'hints' stage)",
+    RejectionReason.TAINTED: "the MultiKueueCluster has a NoSchedule or NoExecute taint the "
+    "workload does not tolerate, or taints that cannot be read (the pipeline's own 'hints' stage)",
     RejectionReason.RESTRICTED: "left out by a plugin's mkd_restrict_clusters",
     RejectionReason.OTHER: "any other reason: a filter that returned free text (a plugin's "
     "mkd_filter_cluster does)",

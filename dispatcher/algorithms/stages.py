@@ -16,7 +16,9 @@ exception: when it fails, the decision is withheld (:attr:`Decision.withheld`), 
 filter that enforces a hard rule could nominate a forbidden cluster. The pipeline always drops
 inactive clusters first (stage ``active``), then the clusters where a Workload or Job of the
 workload's name is not a copy of ours (stage ``same-name``, from
-:attr:`DispatchRequest.name_taken`), and never nominates more than
+:attr:`DispatchRequest.name_taken`), then the clusters the workload's placement hints rule out
+or whose taints it does not tolerate (stage ``hints``); it ranks by the preferred hints in the
+preference tier (score component ``hints``), and never nominates more than
 :data:`MAX_NOMINATED_CLUSTERS`.
 """
 
@@ -42,9 +44,11 @@ from dispatcher.algorithms.model import (
     Verdict,
 )
 from dispatcher.kueue.flavorfit import FitResult, assign_flavors, available_now, capacity_ceiling
+from dispatcher.kueue.hints import CLUSTER_TOLERATIONS, tolerated
 from dispatcher.kueue.objects import ClusterQueueView, FlavorResource, PodSetView, frozen_map
 
 __all__ = [
+    "HINTS_STAGE",
     "SAME_NAME_STAGE",
     "TIER_BACKLOG",
     "TIER_CAPACITY",
@@ -81,6 +85,10 @@ BUILTIN_SOURCE = "builtin"
 SAME_NAME_STAGE = "same-name"
 """The stage name in verdicts of the pipeline's own same-name guard (no algorithm can lose it:
 Kueue would never run the workload on such a cluster)."""
+HINTS_STAGE = "hints"
+"""The stage name, in verdicts and score components, of the pipeline's own placement hints
+(:mod:`dispatcher.kueue.hints`): the workload's required hints and the clusters' taints drop
+clusters, its preferred affinity and soft taints rank the rest."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -492,6 +500,10 @@ class Pipeline:
                 dropped_by[snap.name] = SAME_NAME_STAGE
                 codes[snap.name] = RejectionReason.NAME_TAKEN
                 ctx.dropped[snap.name] = request.name_taken[snap.name]
+            elif (ruled_out := hint_rejection(request, snap)) is not None:
+                dropped_by[snap.name] = HINTS_STAGE
+                codes[snap.name] = ruled_out.code
+                ctx.dropped[snap.name] = ruled_out.text
             else:
                 alive.append(snap)
 
@@ -521,6 +533,12 @@ class Pipeline:
             alive = [s for s in alive if s.name not in drops]
 
         components: dict[str, list[ScoreComponent]] = {s.name: [] for s in alive}
+        if request.hints.preferred or any(s.taints for s in alive):
+            for snap in alive:
+                value, detail = hint_score(request, snap)
+                components[snap.name].append(
+                    _component(HINTS_STAGE, TIER_PREFERENCE, value, 1.0, detail)
+                )
         for scorer, source in self.scorers:
             try:
                 results: dict[str, ScoreComponent] = {}
@@ -612,6 +630,51 @@ def _in_flight_keys(cluster: ClusterSnapshot) -> frozenset[str]:
     if keys is None:
         keys = cluster.derived["in-flight-keys"] = frozenset(o.key for o in cluster.in_flight)
     return keys
+
+
+def hint_rejection(request: DispatchRequest, cluster: ClusterSnapshot) -> Rejection | None:
+    """Why the workload's placement hints or the cluster's taints rule ``cluster`` out (the
+    pipeline's own ``hints`` stage), or ``None``."""
+    if cluster.taints_error:
+        return Rejection(
+            f"taints cannot be read ({cluster.taints_error}): no workload is placed there "
+            "until the annotation is fixed",
+            RejectionReason.TAINTED,
+        )
+    hints = request.hints
+    if hints:
+        why = hints.excluded_by(cluster.name, cluster.labels)
+        if why is not None:
+            return Rejection(why, RejectionReason.PLACEMENT_HINT)
+    for taint in cluster.taints:
+        if taint.effect != "PreferNoSchedule" and not tolerated(taint, hints.tolerations):
+            return Rejection(
+                f"taint {taint} is not tolerated (hint {CLUSTER_TOLERATIONS.hint})",
+                RejectionReason.TAINTED,
+            )
+    return None
+
+
+def hint_score(request: DispatchRequest, cluster: ClusterSnapshot) -> tuple[float, str]:
+    """The ``hints`` score of a kept cluster: the share of the preferred affinity weight its
+    labels match (0 to 1), less 1 for each ``PreferNoSchedule`` taint not tolerated; the detail
+    names the terms matched and the taints tolerated or not."""
+    hints = request.hints
+    parts: list[str] = []
+    value = 0.0
+    if hints.preferred:
+        weight, matched = hints.preference(cluster.labels)
+        value = weight / sum(term.weight for term in hints.preferred)
+        parts.extend(f"preferred ({term.preference}) +{term.weight}" for term in matched)
+        if not matched:
+            parts.append("matches no preferred term")
+    for taint in cluster.taints:
+        if tolerated(taint, hints.tolerations):
+            parts.append(f"tolerates taint {taint}")
+        else:  # a NoSchedule/NoExecute taint not tolerated was dropped before scoring
+            value -= 1.0
+            parts.append(f"taint {taint} not tolerated")
+    return value, "; ".join(parts)
 
 
 def backlog(request: DispatchRequest, cluster: ClusterSnapshot) -> int:
