@@ -67,6 +67,8 @@ from dispatcher.k8s.watching import (
     WatchSettings,
 )
 from dispatcher.kueue.eligibility import MULTIKUEUE_CONTROLLER
+from dispatcher.kueue.hints import CLUSTER_TAINTS, Taint, parse_taints
+from dispatcher.kueue.objects import InvalidField
 from dispatcher.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -185,6 +187,10 @@ class Candidate:
     reason: str
     labels: Mapping[str, str]
     worker: Worker | None
+    taints: tuple[Taint, ...] = ()
+    """The MultiKueueCluster's taints (:func:`~dispatcher.kueue.hints.parse_taints`)."""
+    taints_error: str = ""
+    """Why its taints annotation cannot be read (empty when it can, or is absent)."""
 
 
 def resolve_kubeconfig(
@@ -272,6 +278,7 @@ class ClusterRegistry:
         dispatch (see :mod:`dispatcher.clusters.activeness`)."""
         self.workers: dict[str, Worker] = {}
         self._verdicts: dict[str, _Verdict] = {}
+        self._taints: dict[str, tuple[str | None, tuple[Taint, ...], str]] = {}
         """The last activeness verdict of each fresh worker, with what it was judged from."""
         self.judged = 0
         """Activeness verdicts computed, not reused (operation-count tests)."""
@@ -578,10 +585,42 @@ class ClusterRegistry:
                     f"(MultiKueueConfig {config_name} spec.clusters[{order}])"
                 )
                 found.append(Candidate(name, order, False, missing, {}, None))
+                self._taints.pop(name, None)
                 continue
             verdict = self._judge(mkc, worker)
-            found.append(Candidate(name, order, verdict.active, verdict.reason, labels, worker))
+            taints, taints_error = self._taints_of(name, mkc)
+            found.append(
+                Candidate(
+                    name,
+                    order,
+                    verdict.active,
+                    verdict.reason,
+                    labels,
+                    worker,
+                    taints,
+                    taints_error,
+                )
+            )
         return found, problem
+
+    def _taints_of(self, name: str, mkc: Mapping[str, Any]) -> tuple[tuple[Taint, ...], str]:
+        """The MultiKueueCluster's taints, parsed once per value of its annotation; an
+        unreadable one is logged once per value and reported with the field."""
+        annotations = (mkc.get("metadata") or {}).get("annotations") or {}
+        text = annotations.get(CLUSTER_TAINTS.key) if isinstance(annotations, Mapping) else None
+        cached = self._taints.get(name)
+        if cached is not None and cached[0] == text:
+            return cached[1], cached[2]
+        taints: tuple[Taint, ...] = ()
+        error = ""
+        if text is not None:
+            try:
+                taints = parse_taints({CLUSTER_TAINTS.key: str(text)})
+            except InvalidField as problem:
+                error = f"MultiKueueCluster {name}: {problem}"
+                log.warning("%s; the cluster is taken for tainted until it is fixed", error)
+        self._taints[name] = (text, taints, error)
+        return taints, error
 
     def _judge(self, mkc: Mapping[str, Any], worker: Worker | None) -> Activeness:
         """:func:`judge` of one worker. Every decision reads each candidate's verdict; a fresh

@@ -47,6 +47,7 @@ from dispatcher.algorithms.model import (
     DispatchRequest,
     RejectionReason,
 )
+from dispatcher.algorithms.stages import HINTS_STAGE
 from dispatcher.clusters.registry import Candidate, ClusterRegistry
 from dispatcher.controller.config import ControllerConfig
 from dispatcher.controller.events import EventRecorder
@@ -175,6 +176,9 @@ def summarize(decision: Decision, limit: int = 6) -> str:
     for verdict in decision.verdicts[:limit]:
         if verdict.kept:
             fit = "fits now" if verdict.fits_now else "queues"
+            # The placement hints that ranked it, by name (the ``hints`` score's detail).
+            hints = next((c.detail for c in verdict.scores if c.scorer == HINTS_STAGE), "")
+            fit = f"{fit}; {hints}" if hints else fit
             parts.append(f"{verdict.cluster}: rank {verdict.rank} ({fit})")
         else:
             parts.append(f"{verdict.cluster}: {verdict.dropped_by}: {verdict.reason}")

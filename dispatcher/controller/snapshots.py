@@ -531,6 +531,8 @@ def build_snapshot(
             inactive_reason=candidate.reason or "not connected",
             order=candidate.order,
             labels=frozen_map(candidate.labels),
+            taints=candidate.taints,
+            taints_error=candidate.taints_error,
         )
     cq = _queue_of(index, request.namespace, request.queue_name)
     # The deciding workload's own copy waiting there is not a competitor; a same-named Workload
@@ -559,6 +561,8 @@ def build_snapshot(
         in_flight=flying,
         label_key=label_key,
         resource_pattern=resource_pattern,
+        taints=candidate.taints,
+        taints_error=candidate.taints_error,
     )
 
 
@@ -616,6 +620,8 @@ class SnapshotCache:
             index.version,
             candidate.order,
             tuple(sorted(candidate.labels.items())),
+            candidate.taints,
+            candidate.taints_error,
             label_key,
             resource_pattern,
         )

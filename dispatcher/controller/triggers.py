@@ -38,6 +38,7 @@ from dispatcher.controller.snapshots import JOBS, condition_status, is_copy, own
 from dispatcher.controller.workqueue import WorkQueue
 from dispatcher.controller.writer import NominationWriter
 from dispatcher.k8s.watching import Listed, ObjectEvent, WatchItem, key_text
+from dispatcher.kueue.hints import CLUSTER_TAINTS
 
 __all__ = ["CAPACITY_KEY", "USAGE_KEY", "Triggers"]
 
@@ -251,7 +252,7 @@ class Triggers:
 
     def _mkc_change(self, item: ObjectEvent) -> str:
         """What a MultiKueueCluster event changed: ``active`` when nothing but the status of
-        its ``Active`` condition (a known cluster, same spec and labels: then only the
+        its ``Active`` condition (a known cluster, same spec, labels and taints: then only the
         workloads that cluster's reachability can change are re-evaluated), ``none`` when
         neither (a message or heartbeat), ``other`` otherwise (a new, deleted or edited
         cluster: everything is re-evaluated)."""
@@ -265,8 +266,14 @@ class Triggers:
             ),
             "",
         )
+        meta = obj.get("metadata") or {}
         shape = repr(
-            (sorted(((obj.get("metadata") or {}).get("labels") or {}).items()), obj.get("spec"))
+            (
+                sorted((meta.get("labels") or {}).items()),
+                # Of its annotations only the taints (placement hints) can change a decision.
+                (meta.get("annotations") or {}).get(CLUSTER_TAINTS.key),
+                obj.get("spec"),
+            )
         )
         before = self._mkc_seen.get(name)
         self._mkc_seen[name] = (active, shape)

@@ -17,9 +17,10 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
-from dispatcher.clusters.registry import ClusterRegistry
+from dispatcher.clusters.registry import Candidate, ClusterRegistry
 from dispatcher.k8s.client import KubeApi
 from dispatcher.k8s.watching import BackoffPolicy, WatchSettings
+from dispatcher.kueue.hints import CLUSTER_TAINTS, Taint
 from dispatcher.sandbox.fakeapi import FakeCluster
 from dispatcher.sandbox.kueue_crds import KUEUE_SHORT_FORMS
 from dispatcher.sandbox.testkit import multikueue_cluster_status
@@ -188,6 +189,33 @@ async def test_workers_from_secrets_connect_and_are_candidates() -> None:
         assert problem == ""
         assert found[1].labels == {"team": "ml"}
         assert "Active=False" in found[0].reason
+        assert (found[1].taints, found[1].taints_error) == ((), "")
+
+        # Issue 18 item 3: a MultiKueueCluster's taints annotation is parsed into its taints; one
+        # that cannot be read names the MultiKueueCluster and the field.
+        async def annotate(value: str) -> None:
+            await client.CustomObjectsApi(env.api).patch_cluster_custom_object(
+                KUEUE,
+                V,
+                "multikueueclusters",
+                "w1",
+                {"metadata": {"annotations": {CLUSTER_TAINTS.key: value}}},
+                _content_type="application/merge-patch+json",  # type: ignore[call-arg]
+            )
+
+        def w1() -> Candidate:
+            return env.registry.candidates("mk")[0][1]
+
+        await annotate('[{"key": "dedicated", "effect": "NoRun"}]')
+        await env.wait(lambda: w1().taints_error != "")
+        assert w1().taints_error == (
+            f"MultiKueueCluster w1: metadata.annotations[{CLUSTER_TAINTS.key}][0].effect: "
+            "'NoRun': one of NoSchedule, PreferNoSchedule, NoExecute"
+        )
+        assert w1().taints == ()
+        await annotate('[{"key": "dedicated", "effect": "NoSchedule"}]')
+        await env.wait(lambda: w1().taints != ())
+        assert (w1().taints, w1().taints_error) == ((Taint("dedicated", "", "NoSchedule"),), "")
 
         # Issue 15 (operation count): every decision reads each candidate's verdict; a fresh
         # worker's is reused until an input of it changes, a stale one's (it has a clock in it)

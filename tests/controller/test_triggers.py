@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import pytest
 from controller_kit import ELIGIBLE_STATUS, KUEUE, World, keep_or_first, workload, world
@@ -25,11 +25,13 @@ from dispatcher.k8s.resources import (
     CLUSTER_QUEUES,
     JOBS,
     LOCAL_QUEUES,
+    MULTIKUEUE_CLUSTERS,
     MULTIKUEUE_CONFIGS,
     RESOURCE_FLAVORS,
     WORKLOADS,
 )
 from dispatcher.k8s.watching import ObjectEvent
+from dispatcher.kueue.hints import CLUSTER_TAINTS
 from dispatcher.sandbox.topology import multikueue_admission_check
 
 RELISTED = 1_000
@@ -322,6 +324,40 @@ async def test_a_manager_clusterqueue_status_change_requeues_nothing() -> None:
             content_type="application/merge-patch+json",
         )
         await env.wait(lambda: env.loop.fan_outs == before + 2 and env.idle("job"))
+        assert env.reconciles["default/job"] == reconciles + 1
+
+
+async def test_a_multikueuecluster_annotation_requeues_only_when_it_is_the_taints() -> None:
+    """Issue 18 item 3: of a MultiKueueCluster's annotations only its taints can change a
+    decision; 10 edits of another annotation re-queue nothing, one taint re-queues every
+    workload once."""
+    async with world() as env:
+        await env.start_dispatcher()
+        await env.add_workload("job")
+        await env.wait(lambda: env.nominated("job") != () and env.idle("job"))
+        cache = env.mirrors.manager.cache("multikueueclusters")
+        before, reconciles = env.loop.fan_outs, env.reconciles["default/job"]
+
+        def annotate(key: str, value: str) -> Awaitable[object]:
+            return env.api.request(
+                "PATCH",
+                MULTIKUEUE_CLUSTERS.path(None, "w1"),
+                body={"metadata": {"annotations": {key: value}}},
+                content_type="application/merge-patch+json",
+            )
+
+        def annotation(key: str) -> object:
+            return ((cache.get("w1") or {}).get("metadata") or {}).get("annotations", {}).get(key)
+
+        for i in range(10):
+            await annotate("example.com/note", str(i))
+        await env.wait(lambda: annotation("example.com/note") == "9")
+        assert (env.loop.fan_outs, env.reconciles["default/job"]) == (before, reconciles)
+
+        taints = '[{"key": "dedicated", "effect": "NoSchedule"}]'
+        await annotate(CLUSTER_TAINTS.key, taints)
+        await env.wait(lambda: env.loop.fan_outs == before + 1 and env.idle("job"))
+        assert annotation(CLUSTER_TAINTS.key) == taints
         assert env.reconciles["default/job"] == reconciles + 1
 
 
