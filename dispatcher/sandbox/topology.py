@@ -782,6 +782,8 @@ class WorkloadLine(_Model):
     ``runSeconds``: how long it runs once admitted on a worker (sandbox annotation; absent: until
     deleted). ``holdUntilConfigMap``: it does not finish before a ConfigMap of that name exists
     in its namespace on the cluster where it runs (:mod:`dispatcher.sandbox.jobrun`).
+    ``annotations`` go on the Job (or Workload) itself; ``podAnnotations`` on its pod template,
+    which is where a Job's placement hints reach its Workload (:mod:`dispatcher.kueue.hints`).
     """
 
     kind: Literal["Job", "Workload"] = "Job"
@@ -799,6 +801,7 @@ class WorkloadLine(_Model):
     hold_until_config_map: Name | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
+    pod_annotations: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _shape(self) -> WorkloadLine:
@@ -836,7 +839,10 @@ class WorkloadLine(_Model):
 
 
 def _pod_template(
-    pod_set: PodSetLine, gpu_type: str | None, preferred: list[str] | None = None
+    pod_set: PodSetLine,
+    gpu_type: str | None,
+    preferred: list[str] | None = None,
+    annotations: Mapping[str, str] | None = None,
 ) -> Obj:
     spec: Obj = {
         "restartPolicy": "Never",
@@ -858,12 +864,14 @@ def _pod_template(
     if gpu_type:
         spec["nodeSelector"] = {GPU_PRODUCT_LABEL: gpu_type}
     template: Obj = {"spec": spec}
+    # Kueue copies the pod template (not the Job's annotations) into the Workload, so the
+    # preference and the placement hints travel with the template to where the dispatcher
+    # reads them.
+    notes = dict(annotations or {})
     if preferred:
-        # Kueue copies the pod template (not the Job's annotations) into the Workload, so the
-        # preference travels with the template to where the dispatcher reads it.
-        template["metadata"] = {
-            "annotations": {PREFERRED_GPU_TYPES_ANNOTATION: ",".join(preferred)}
-        }
+        notes[PREFERRED_GPU_TYPES_ANNOTATION] = ",".join(preferred)
+    if notes:
+        template["metadata"] = {"annotations": notes}
     return template
 
 
@@ -900,7 +908,9 @@ def workload_object(line: WorkloadLine, topology: Topology | None = None) -> Obj
                 "completions": pod_set.count,
                 "suspend": True,
                 "managedBy": MULTIKUEUE_MANAGED_BY,
-                "template": _pod_template(pod_set, line.gpu_type, line.preferred_gpu_types),
+                "template": _pod_template(
+                    pod_set, line.gpu_type, line.preferred_gpu_types, line.pod_annotations
+                ),
             },
         }
     if labels:
@@ -913,7 +923,9 @@ def workload_object(line: WorkloadLine, topology: Topology | None = None) -> Obj
             {
                 "name": p.name,
                 "count": p.count,
-                "template": _pod_template(p, line.gpu_type, line.preferred_gpu_types),
+                "template": _pod_template(
+                    p, line.gpu_type, line.preferred_gpu_types, line.pod_annotations
+                ),
             }
             for p in pod_sets
         ],

@@ -890,6 +890,7 @@ class Simulation:
             inactive_reason="" if kueue.up else "worker is down",
             order=model.order,
             labels=model.labels,
+            taints=model.taints,
             pending=pending,
             in_flight=in_flight,
         )
@@ -1157,14 +1158,16 @@ class Simulation:
                 active=True,
                 order=model.order,
                 labels=model.labels,
+                taints=model.taints,
             )
             self._empty_cache[key] = snap
         return snap
 
     def _eligible(self, pipeline: Pipeline, wl: _Workload) -> tuple[str, ...]:
         """The workers ``pipeline``'s filters keep for ``wl``, reachability ignored (config
-        order). Computed once per workload shape on the workers' empty snapshots: the built-in
-        filters (LocalQueue, can-ever-fit, GPU type) depend only on the setup."""
+        order). Computed once per workload shape and placement hints on the workers' empty
+        snapshots: the built-in filters (LocalQueue, can-ever-fit, GPU type) and the hints stage
+        depend only on the setup."""
         request = wl.request
         key = (
             id(pipeline),
@@ -1173,6 +1176,7 @@ class Simulation:
             request.namespace,
             request.queue_name,
             request.preferred_gpu_types,
+            request.hints,
         )
         cached = self._eligible_cache.get(key)
         if cached is None:
@@ -1301,6 +1305,7 @@ class Simulation:
             active=True,
             order=model.order,
             labels=model.labels,
+            taints=model.taints,
         )
         self._room_cache[key] = (kueue.version, snap)
         return snap

@@ -22,6 +22,7 @@ name often have; only its MultiKueueCluster label tells the dispatcher what GPU 
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,8 +32,10 @@ import yaml
 
 from dispatcher.kueue.admission import QueuePolicy, parse_queue_policy
 from dispatcher.kueue.gputypes import CLUSTER_GPU_TYPE_LABEL, DEFAULT_GPU_LABEL
+from dispatcher.kueue.hints import Taint, parse_taint_list
 from dispatcher.kueue.objects import (
     ClusterQueueView,
+    InvalidField,
     LocalQueueView,
     ResourceFlavorView,
     frozen_map,
@@ -49,6 +52,7 @@ from dispatcher.sandbox.topology import (
 
 __all__ = [
     "CLUSTER_LABELS_KEY",
+    "CLUSTER_TAINTS_KEY",
     "GPU_RESOURCE",
     "ClusterModel",
     "SimTopology",
@@ -61,6 +65,10 @@ __all__ = [
 
 CLUSTER_LABELS_KEY = "clusterLabels"
 """Top-level topology key for MultiKueueCluster labels (simulator only)."""
+CLUSTER_TAINTS_KEY = "clusterTaints"
+"""Top-level topology key for MultiKueueCluster taints (simulator only): worker name → list of
+``{key, value, effect}``, as the ``multikueue-dispatcher.io/cluster-taints`` annotation holds
+them on a real MultiKueueCluster (:mod:`dispatcher.kueue.hints`)."""
 GPU_RESOURCE = "nvidia.com/gpu"
 
 
@@ -79,6 +87,8 @@ class ClusterModel:
     """MultiKueueCluster labels (workers)."""
     hardware: Mapping[str, frozenset[str]]
     """Flavor name → GPU types its nodes really have."""
+    taints: tuple[Taint, ...] = ()
+    """MultiKueueCluster taints (workers)."""
 
     def cluster_queue_of(self, namespace: str, queue: str) -> str | None:
         """The ClusterQueue behind LocalQueue ``namespace/queue`` (``None`` if there is none)."""
@@ -177,19 +187,23 @@ def sim_topology(
     cluster_labels: Mapping[str, Mapping[str, str]] | None = None,
     *,
     source: str = "topology",
+    cluster_taints: Mapping[str, tuple[Taint, ...]] | None = None,
 ) -> SimTopology:
     """Build the simulator's view of a validated sandbox topology."""
     labels = cluster_labels or {}
-    unknown = sorted(set(labels) - {w.name for w in topology.workers})
-    if unknown:
-        raise TopologyError(f"{source}: {CLUSTER_LABELS_KEY}: no worker named {unknown[0]!r}")
+    taints = cluster_taints or {}
+    for key, given in ((CLUSTER_LABELS_KEY, labels), (CLUSTER_TAINTS_KEY, taints)):
+        unknown = sorted(set(given) - {w.name for w in topology.workers})
+        if unknown:
+            raise TopologyError(f"{source}: {key}: no worker named {unknown[0]!r}")
     objects = topology_objects(topology)
     order = topology.multikueue_order()
     workers = []
     for name in order:
         worker = topology.worker(name)
         nodes = [dict(n.labels) for n in worker.nodes]
-        workers.append(_model(name, order.index(name), objects[name], labels.get(name, {}), nodes))
+        model = _model(name, order.index(name), objects[name], labels.get(name, {}), nodes)
+        workers.append(dataclasses.replace(model, taints=taints.get(name, ())))
     manager = _model(topology.manager.name, -1, objects[topology.manager.name], {}, [])
     return SimTopology(topology, manager, tuple(workers), source=source)
 
@@ -204,11 +218,23 @@ def _from_data(data: Any, source: str) -> SimTopology:
     ):
         raise TopologyError(f"{source}: {CLUSTER_LABELS_KEY}: must map worker names to labels")
     labels = {str(k): {str(a): str(b) for a, b in v.items()} for k, v in raw_labels.items()}
-    return sim_topology(parse_topology(body, source=source), labels, source=source)
+    raw_taints = body.pop(CLUSTER_TAINTS_KEY, None) or {}
+    if not isinstance(raw_taints, Mapping):
+        raise TopologyError(f"{source}: {CLUSTER_TAINTS_KEY}: must map worker names to taints")
+    taints = {}
+    for worker, items in raw_taints.items():
+        try:
+            taints[str(worker)] = parse_taint_list(items, f"{CLUSTER_TAINTS_KEY}.{worker}")
+        except InvalidField as error:
+            raise TopologyError(f"{source}: {error}") from None
+    return sim_topology(
+        parse_topology(body, source=source), labels, source=source, cluster_taints=taints
+    )
 
 
 def load_topology(path: str | Path) -> SimTopology:
-    """Read a topology YAML file (the sandbox format plus ``clusterLabels``)."""
+    """Read a topology YAML file (the sandbox format plus ``clusterLabels`` and
+    ``clusterTaints``)."""
     text = Path(path).read_text(encoding="utf-8")
     try:
         data = yaml.safe_load(text)
@@ -374,9 +400,16 @@ def scaled_topology(count: int) -> SimTopology:
 
 
 def topology_yaml(topology: SimTopology) -> str:
-    """The topology as YAML (sandbox format plus ``clusterLabels``)."""
+    """The topology as YAML (sandbox format plus ``clusterLabels`` and ``clusterTaints``)."""
     data = topology.topology.model_dump(by_alias=True, exclude_none=True)
     labels = {w.name: dict(w.labels) for w in topology.workers if w.labels}
     if labels:
         data[CLUSTER_LABELS_KEY] = labels
+    taints = {
+        w.name: [{"key": t.key, "value": t.value, "effect": t.effect} for t in w.taints]
+        for w in topology.workers
+        if w.taints
+    }
+    if taints:
+        data[CLUSTER_TAINTS_KEY] = taints
     return yaml.safe_dump(copy.deepcopy(data), sort_keys=False)
