@@ -51,6 +51,7 @@ from badinput_kit import (
 from dispatcher.k8s.client import KubeApi
 from dispatcher.k8s.errors import ApiError
 from dispatcher.k8s.resources import MULTIKUEUE_CONFIGS, WORKLOADS
+from dispatcher.kueue.hints import CLUSTER_SELECTOR
 from dispatcher.sandbox.environment import environment
 from dispatcher.sandbox.fakeapi import FakeCluster
 from dispatcher.sandbox.fakeapi.server import load_crd_documents
@@ -248,6 +249,17 @@ CASES: list[Case] = [
         "Job requesting 200 CPUs (the largest worker has 128)",
         "Warning Event `NotNominated` on the Workload, `explain`",
         "nominated [none] by gpu-type-affinity+capacity-first: no candidate cluster left (worker-a100: never fits: pod set main: insufficient quota in flavor a100: cpu (requested 200, available 128); worker-cpu: never fits: pod set main: insufficient quota in flavor cpu: cpu (requested 200, available 128); worker-h100: never fits: pod set main: insufficient quota in flavor h100: cpu (requested 200, available 96))",
+    ),
+    Case(
+        "workload-bad-placement-hint",
+        "workload",
+        "bad-hint-0",
+        "Job whose pod template carries the placement hint "
+        "`multikueue-dispatcher.io/cluster-selector: region=eu,,zone=a`",
+        "Warning Event `InvalidWorkload` on the Workload, `explain`; not nominated",
+        "cannot dispatch: spec.podSets[0].template.metadata.annotations"
+        "[multikueue-dispatcher.io/cluster-selector]: empty requirement in selector "
+        "'region=eu,,zone=a'",
     ),
     # --- settings and algorithms ---------------------------------------------------------------
     Case(
@@ -492,6 +504,8 @@ async def workers_seen(
 
 # --- workload: nothing fits, on the sandbox --------------------------------------------------
 
+BAD_SELECTOR = "region=eu,,zone=a"
+
 
 @dataclass
 class WorkloadsSeen:
@@ -504,7 +518,8 @@ class WorkloadsSeen:
 async def workloads_seen(
     tmp_path_factory: pytest.TempPathFactory, crds_dir: Path
 ) -> AsyncIterator[WorkloadsSeen]:
-    """One sandbox run: two Jobs no worker can take and a good one; ``explain`` on the two."""
+    """One sandbox run: two Jobs no worker can take, one with a bad placement hint and a good
+    one; ``explain`` on the three."""
     directory = tmp_path_factory.mktemp("bad-workloads")
     async with environment(directory, default_topology(), crds=crds_dir) as env:
         watch = EventWatch()
@@ -512,11 +527,16 @@ async def workloads_seen(
         lines = [
             gpu_job("unknown-gpu", required="NVIDIA-B200"),
             *cpu_jobs("huge", 1, cpu="200"),
+            *(
+                line.model_copy(update={"pod_annotations": {CLUSTER_SELECTOR.key: BAD_SELECTOR}})
+                for line in cpu_jobs("bad-hint", 1)
+            ),
             *cpu_jobs("good", 1),
         ]
         await env.submit(lines)
         await env.wait_for_manager(placed_all({"good-0"}), within=60)
         await watch.wait_for("NotNominated", 2, within=60)
+        await watch.wait_for("InvalidWorkload", 1, within=60)
         workloads = by_job(await env.workloads())
         job_of = {w["metadata"]["name"]: job for job, w in workloads.items()}
         events: dict[str, list[dict[str, Any]]] = {}
@@ -524,7 +544,7 @@ async def workloads_seen(
             events.setdefault(job_of[event["involvedObject"]["name"]], []).append(event)
         kubeconfig = str(env.sandbox.kubeconfig_path(env.sandbox.manager))
         explain = {}
-        for job in ("unknown-gpu", "huge-0"):
+        for job in ("unknown-gpu", "huge-0", "bad-hint-0"):
             meta = workloads[job]["metadata"]
             explain[job] = await run_cli_process(
                 [
@@ -717,12 +737,16 @@ async def test_workload_case(case: Case, workloads_seen: WorkloadsSeen) -> None:
     per cluster, the pod set and resource or the GPU type that does not fit; ``explain`` shows
     it as the last decision."""
     events = workloads_seen.events[case.subject]
+    # A Workload the dispatcher cannot read (a bad placement hint) is reported, not decided.
+    invalid = "InvalidWorkload" in case.where
+    reason = "InvalidWorkload" if invalid else "NotNominated"
     assert [(e["reason"], e["type"], e["message"]) for e in events] == [
-        ("NotNominated", "Warning", case.message)
+        (reason, "Warning", case.message)
     ]
     code, out, _ = workloads_seen.explain[case.subject]
     assert code == 0
-    assert f"  {case.message}" in out.splitlines()
+    line = f"fresh evaluation: {case.message}" if invalid else f"  {case.message}"
+    assert line in out.splitlines()
     assert workloads_seen.placed[case.subject] is None
 
 
