@@ -46,6 +46,7 @@ from dispatcher.kueue.objects import (
 )
 from dispatcher.kueue.quantities import parse_quantity
 from dispatcher.plugins import PluginHost
+from dispatcher.plugins.host import pipeline_for
 
 __all__ = [
     "GPU",
@@ -303,9 +304,11 @@ def decide(
     host: PluginHost | None = None,
     plugins: Iterable[tuple[str, object]] = (),
 ) -> Decision:
-    """One decision through a pipeline of the named algorithms."""
+    """One decision through a pipeline of the named algorithms (or, as in the manager, the
+    built-in one a workload's dispatch-mode hint asks for)."""
     host = host or make_host(plugins)
-    return host.decide(host.pipeline(names, options), request, snapshots)
+    pipeline = pipeline_for(request, host.pipeline(names, options), host.mode_pipelines(options))
+    return host.decide(pipeline, request, snapshots)
 
 
 def dispatch_burst(

@@ -41,9 +41,11 @@ from dispatcher.k8s.errors import ApiError
 from dispatcher.k8s.loading import manager_client, resolve_manager_connection
 from dispatcher.k8s.ratelimit import TokenBucket
 from dispatcher.k8s.watching import BackoffPolicy, WatchItem, WatchSettings
+from dispatcher.kueue.hints import DISPATCH_MODES
 from dispatcher.leader.elector import LeaderElector, LeadershipLost, Role
 from dispatcher.logs import configure_logging
 from dispatcher.plugins import PluginError, PluginHost
+from dispatcher.plugins.host import pipeline_for
 from dispatcher.telemetry.metrics import Metrics
 from dispatcher.telemetry.tracing import setup_tracing
 
@@ -65,7 +67,8 @@ def controller_config(settings: Settings, host: PluginHost | None = None) -> Con
     """The nomination loop's part of the settings; with the plugin ``host`` the pipeline runs,
     whether its decisions may run on the event loop (built-in stages only)."""
     return ControllerConfig(
-        inline_decisions=host is not None and host.builtin_only(settings.algorithms),
+        inline_decisions=host is not None
+        and host.builtin_only((*settings.algorithms, *DISPATCH_MODES.values())),
         write_mode=settings.write_mode,
         field_manager=settings.field_manager,
         workers=settings.workers,
@@ -102,11 +105,17 @@ def build_decide(
         plugin_weights=settings.plugin_weights,
         fail_closed=settings.fail_closed_plugins,
     )
+    # A workload's dispatch-mode hint picks one of these instead (dispatcher.kueue.hints).
+    modes = host.mode_pipelines(
+        options,
+        plugin_weights=settings.plugin_weights,
+        fail_closed=settings.fail_closed_plugins,
+    )
     timeout = settings.decision_timeout_seconds
     host.guard_hung_calls(hung_after=timeout / 2, retry_after=timeout * 10)
 
     def decide(request: DispatchRequest, snapshots: Sequence[ClusterSnapshot]) -> Decision:
-        return host.decide(pipeline, request, snapshots)
+        return host.decide(pipeline_for(request, pipeline, modes), request, snapshots)
 
     return decide
 

@@ -48,6 +48,8 @@ __all__ = [
     "CLUSTER_SELECTOR",
     "CLUSTER_TAINTS",
     "CLUSTER_TOLERATIONS",
+    "DISPATCH_MODE",
+    "DISPATCH_MODES",
     "HINTS",
     "NO_HINTS",
     "WELL_KNOWN_CLUSTER_LABELS",
@@ -116,6 +118,16 @@ CLUSTER_TOLERATIONS = HintName(
     '"value": ..., "effect": "NoSchedule" | "PreferNoSchedule" | "NoExecute"}]`',
     "KEP-8692 plans tolerations of cluster taints; no key published yet, ours until it is",
 )
+DISPATCH_MODE = HintName(
+    "dispatch-mode",
+    "multikueue-dispatcher.io/dispatch-mode",
+    "Workload",
+    "`all-at-once` or `incremental` (Kueue's dispatcher names "
+    "`kueue.x-k8s.io/multikueue-dispatcher-all-at-once` and `…-incremental` mean the same): "
+    "this workload is dispatched by that built-in algorithm instead of the configured pipeline, "
+    "with the same plugins and its other hints",
+    "KEP-8692 plans a per-workload dispatch mode; no key published yet, ours until it is",
+)
 CLUSTER_TAINTS = HintName(
     "cluster-taints",
     "multikueue-dispatcher.io/cluster-taints",
@@ -131,9 +143,18 @@ HINTS: tuple[HintName, ...] = (
     CLUSTER_SELECTOR,
     CLUSTER_AFFINITY,
     CLUSTER_TOLERATIONS,
+    DISPATCH_MODE,
     CLUSTER_TAINTS,
 )
 """Every hint the dispatcher reads: the one table to change when upstream names them."""
+
+DISPATCH_MODES: Mapping[str, str] = {
+    "all-at-once": "all-at-once",
+    "incremental": "incremental",
+    "kueue.x-k8s.io/multikueue-dispatcher-all-at-once": "all-at-once",
+    "kueue.x-k8s.io/multikueue-dispatcher-incremental": "incremental",
+}
+"""The values of the dispatch-mode hint, each to the built-in algorithm that dispatches it."""
 
 WELL_KNOWN_CLUSTER_LABELS: tuple[str, ...] = (
     "kueue.x-k8s.io/region",
@@ -243,6 +264,9 @@ class PlacementHints:
     """Required affinity terms, ORed (empty: no required affinity)."""
     preferred: tuple[PreferredTerm, ...] = ()
     tolerations: tuple[Toleration, ...] = ()
+    dispatch_mode: str | None = None
+    """The built-in algorithm the workload asks to be dispatched by (a value of
+    :data:`DISPATCH_MODES`), or ``None`` for the configured pipeline."""
 
     def __bool__(self) -> bool:
         return bool(
@@ -251,6 +275,7 @@ class PlacementHints:
             or self.required
             or self.preferred
             or self.tolerations
+            or self.dispatch_mode is not None
         )
 
     def excluded_by(self, cluster: str, labels: Mapping[str, str]) -> str | None:
@@ -546,4 +571,10 @@ def parse_placement_hints(sources: Iterable[tuple[str, Mapping[str, str]]]) -> P
         required, preferred = _parse_affinity(*item)
     if item := get(CLUSTER_TOLERATIONS):
         tolerations = _parse_tolerations(*item)
-    return PlacementHints(names, selector, required, preferred, tolerations)
+    mode = None
+    if item := get(DISPATCH_MODE):
+        value, where = item
+        mode = DISPATCH_MODES.get(value.strip())
+        if mode is None:
+            raise InvalidField(where, f"{value!r}: one of {', '.join(DISPATCH_MODES)}")
+    return PlacementHints(names, selector, required, preferred, tolerations, mode)

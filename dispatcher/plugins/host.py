@@ -50,6 +50,7 @@ from dispatcher.algorithms import (
     StageError,
     compose,
 )
+from dispatcher.kueue.hints import DISPATCH_MODES
 from dispatcher.plugins import builtin, spec
 from dispatcher.plugins.markers import PROJECT
 
@@ -65,6 +66,7 @@ __all__ = [
     "RegisteredAlgorithm",
     "UnknownAlgorithmError",
     "decide_with",
+    "pipeline_for",
 ]
 
 ENTRY_POINT_GROUP = PROJECT
@@ -440,6 +442,27 @@ class PluginHost:
             fail_closed=frozenset(fail_closed),
         )
 
+    def mode_pipelines(
+        self,
+        options: Mapping[str, Mapping[str, Any] | BaseModel] | None = None,
+        *,
+        plugin_weights: Mapping[str, float] | None = None,
+        fail_closed: Sequence[str] = (),
+    ) -> dict[str, Pipeline]:
+        """One pipeline per dispatch mode a workload may ask for with its ``dispatch-mode``
+        hint (:data:`~dispatcher.kueue.hints.DISPATCH_MODES`): the built-in algorithm of that
+        name with its ``options`` and the plugins' hooks, as :meth:`pipeline` composes them."""
+        opts = options or {}
+        return {
+            mode: self.pipeline(
+                (mode,),
+                {mode: opts[mode]} if mode in opts else None,
+                plugin_weights=plugin_weights,
+                fail_closed=fail_closed,
+            )
+            for mode in sorted(set(DISPATCH_MODES.values()))
+        }
+
     def builtin_only(self, names: Sequence[str]) -> bool:
         """Whether the pipeline of the algorithms ``names`` runs only this package's own code:
         every algorithm registered by the built-in plugin and no other plugin implementing a
@@ -478,15 +501,26 @@ class PluginHost:
         return errors
 
 
+def pipeline_for(
+    request: DispatchRequest, default: Pipeline, modes: Mapping[str, Pipeline]
+) -> Pipeline:
+    """The pipeline that decides ``request``: the one of the dispatch mode its hints ask for
+    (:meth:`PluginHost.mode_pipelines`), else ``default``."""
+    mode = request.hints.dispatch_mode
+    return modes.get(mode, default) if mode is not None else default
+
+
 def decide_with(
     host: PluginHost,
     names: Sequence[str] = DEFAULT_PIPELINE,
     options: Mapping[str, Mapping[str, Any] | BaseModel] | None = None,
 ) -> Callable[[DispatchRequest, Sequence[ClusterSnapshot]], Decision]:
-    """A ``decide(request, snapshots)`` function bound to a pipeline built once."""
+    """A ``decide(request, snapshots)`` function bound to a pipeline built once (and the
+    dispatch-mode pipelines a workload's hint may ask for)."""
     pipeline = host.pipeline(names, options)
+    modes = host.mode_pipelines()
 
     def decide(request: DispatchRequest, snapshots: Sequence[ClusterSnapshot]) -> Decision:
-        return host.decide(pipeline, request, snapshots)
+        return host.decide(pipeline_for(request, pipeline, modes), request, snapshots)
 
     return decide

@@ -83,6 +83,7 @@ from dispatcher.kueue.admission import (
 )
 from dispatcher.kueue.objects import FlavorResource, PodSetView, frozen_map
 from dispatcher.plugins import PluginHost
+from dispatcher.plugins.host import pipeline_for
 from dispatcher.sandbox.topology import workload_object
 from dispatcher.sim.trace import Trace, TraceWorkload
 from dispatcher.sim.world import ClusterModel, SimTopology
@@ -605,10 +606,13 @@ class Simulation:
         self.host = host
         self.policy = policy or ReleasePolicy()
         self.pipeline: Pipeline | None = None
+        self.modes: dict[str, Pipeline] = {}
+        """The pipelines a workload's dispatch-mode hint may pick instead (as the manager's)."""
         if algorithm.kind == "pipeline":
             if host is None:
                 raise ValueError("a plugin host is needed to run a pipeline")
             self.pipeline = host.pipeline(algorithm.pipeline, algorithm.options)
+            self.modes = host.mode_pipelines(algorithm.options)
         self.reference: Pipeline | None = None
         if trace.faults:
             if host is None:
@@ -908,7 +912,8 @@ class Simulation:
         snapshots = [
             self._snapshot(n, request.namespace, request.queue_name) for n in self.config_order
         ]
-        decision = self.host.decide(self.pipeline, request, snapshots)
+        pipeline = pipeline_for(request, self.pipeline, self.modes)
+        decision = self.host.decide(pipeline, request, snapshots)
         self.result.decisions += 1
         if decision.errors and len(self.result.decision_errors) < 20:
             self.result.decision_errors += [
@@ -1163,6 +1168,11 @@ class Simulation:
             self._empty_cache[key] = snap
         return snap
 
+    def _pipeline_of(self, wl: _Workload) -> Pipeline:
+        """The pipeline that decides ``wl`` (its dispatch-mode hint's, else the run's)."""
+        assert self.pipeline is not None
+        return pipeline_for(wl.request, self.pipeline, self.modes)
+
     def _eligible(self, pipeline: Pipeline, wl: _Workload) -> tuple[str, ...]:
         """The workers ``pipeline``'s filters keep for ``wl``, reachability ignored (config
         order). Computed once per workload shape and placement hints on the workers' empty
@@ -1197,7 +1207,7 @@ class Simulation:
             return False
         if any(e.reserved_at is not None for e in wl.copies.values()):
             return False
-        eligible = self._eligible(self.pipeline, wl)
+        eligible = self._eligible(self._pipeline_of(wl), wl)
         return bool(eligible) and not any(self.workers[n].up for n in eligible)
 
     def _check_unplaceable(self, wl: _Workload) -> None:
@@ -1225,7 +1235,7 @@ class Simulation:
             return
         assert self.pipeline is not None
         self._progress()
-        eligible = self._eligible(self.pipeline, wl)
+        eligible = self._eligible(self._pipeline_of(wl), wl)
         release = Release(
             key=wl.key,
             at=self.now,
@@ -1257,7 +1267,7 @@ class Simulation:
         back = [
             wl
             for wl in self._inactive
-            if any(self.workers[n].up for n in self._eligible(self.pipeline, wl))
+            if any(self.workers[n].up for n in self._eligible(self._pipeline_of(wl), wl))
         ]
         back.sort(key=lambda w: (w.item.arrival, w.key))
         cq = None

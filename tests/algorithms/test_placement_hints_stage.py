@@ -18,6 +18,7 @@ from dispatcher.kueue.hints import (
     CLUSTER_NAMES,
     CLUSTER_SELECTOR,
     CLUSTER_TOLERATIONS,
+    DISPATCH_MODE,
     Taint,
 )
 from dispatcher.plugins import hookimpl
@@ -209,3 +210,32 @@ def test_an_inactive_cluster_is_reported_inactive_not_excluded_by_a_hint() -> No
     request = make_request(cpu=1, annotations={CLUSTER_NAMES.key: "w2"})
     decision = decide(request, [make_cluster("w1", cpu=4, active=False), *fleet()[1:]])
     assert decision.verdict("w1").dropped_by == "active"
+
+
+@pytest.mark.parametrize(
+    ("mode", "algorithm", "nominated"),
+    [
+        pytest.param(None, "gpu-type-affinity+capacity-first", ("w2",), id="configured"),
+        pytest.param("all-at-once", "all-at-once", ("w2", "w3"), id="all-at-once"),
+        pytest.param(
+            "kueue.x-k8s.io/multikueue-dispatcher-all-at-once",
+            "all-at-once",
+            ("w2", "w3"),
+            id="kueue-name",
+        ),
+        pytest.param("incremental", "incremental", ("w2", "w3"), id="incremental"),
+    ],
+)
+def test_the_dispatch_mode_hint_picks_the_built_in_algorithm(
+    mode: str | None, algorithm: str, nominated: tuple[str, ...]
+) -> None:
+    """The workload's dispatch mode replaces the configured pipeline for it alone; its other
+    hints still hold (w1 is excluded by the selector, w2's taint tolerated)."""
+    annotations = {CLUSTER_SELECTOR.key: f"{REGION}=eu", CLUSTER_TOLERATIONS.key: TOLERATE}
+    if mode is not None:
+        annotations[DISPATCH_MODE.key] = mode
+    request = make_request(cpu=1, annotations=annotations)
+    decision = decide(request, fleet(w2_taints=(DEDICATED,)), names=DEFAULT)
+    assert decision.algorithm == algorithm
+    assert decision.nominate == nominated
+    assert decision.verdict("w1").dropped_by == "hints"

@@ -25,6 +25,7 @@ from dispatcher.kueue.hints import (
     CLUSTER_SELECTOR,
     CLUSTER_TAINTS,
     CLUSTER_TOLERATIONS,
+    DISPATCH_MODE,
 )
 from dispatcher.sandbox.topology import WorkloadLine
 
@@ -153,6 +154,26 @@ async def test_item3_a_taint_keeps_jobs_off_unless_they_tolerate_it(backend: Api
     await backend.submit(job("tolerated", {CLUSTER_TOLERATIONS.key: json.dumps(tolerations)}))
     message = await admitted_with_event(backend, "tolerated", "worker2")
     assert f"worker2: rank 0 (fits now; tolerates taint {TAINT})" in message
+
+
+async def test_item3_the_dispatch_mode_hint_hands_the_job_to_all_at_once(
+    backend: ApiBackend,
+) -> None:
+    """A Job asking for ``all-at-once`` is nominated to both workers by that algorithm (the
+    configured pipeline would name worker2 alone), and Kueue admits it on one of them."""
+    await backend.submit(job("hint-mode", {DISPATCH_MODE.key: "all-at-once"}))
+    admitted = await backend.wait_workload(
+        "hint-mode",
+        lambda w: admitted_on("worker1")(w) or admitted_on("worker2")(w),
+        "admitted on a worker",
+        backend.timeouts.long,
+    )
+    events = await manager_events(
+        backend, str(admitted["metadata"]["name"]), "Nominated", backend.timeouts.short
+    )
+    messages = [str(e["message"]) for e in events]
+    assert any(m.startswith("nominated [worker1, worker2] by all-at-once") for m in messages)
+    assert ("worker1", "worker2") in backend.nominations("hint-mode")
 
 
 async def test_item3_a_bad_hint_is_a_warning_naming_the_annotation(backend: ApiBackend) -> None:

@@ -15,6 +15,7 @@ from dispatcher.kueue.hints import (
     CLUSTER_SELECTOR,
     CLUSTER_TAINTS,
     CLUSTER_TOLERATIONS,
+    DISPATCH_MODE,
     HINTS,
     NO_HINTS,
     PlacementHints,
@@ -36,6 +37,7 @@ def hints(**annotations: str) -> PlacementHints:
         "selector": CLUSTER_SELECTOR.key,
         "affinity": CLUSTER_AFFINITY.key,
         "tolerations": CLUSTER_TOLERATIONS.key,
+        "mode": DISPATCH_MODE.key,
     }
     return parse_placement_hints(
         [("metadata.annotations", {keys[k]: v for k, v in annotations.items()})]
@@ -134,6 +136,14 @@ def test_a_selector_prints_in_kubectl_syntax() -> None:
             id="affinity-empty-value-is-valid",
         ),
         pytest.param(
+            {"mode": "first-come"},
+            f"metadata.annotations[{DISPATCH_MODE.key}]",
+            "'first-come': one of all-at-once, incremental, "
+            "kueue.x-k8s.io/multikueue-dispatcher-all-at-once, "
+            "kueue.x-k8s.io/multikueue-dispatcher-incremental",
+            id="dispatch-mode-unknown",
+        ),
+        pytest.param(
             {"tolerations": '{"key": "a"}'},
             f"metadata.annotations[{CLUSTER_TOLERATIONS.key}]",
             "a JSON list of tolerations",
@@ -164,6 +174,14 @@ def test_a_bad_hint_names_its_annotation_and_field(
     assert caught.value.field == field
     assert problem is not None
     assert caught.value.problem.startswith(problem)
+
+
+def test_a_dispatch_mode_is_read_by_either_name() -> None:
+    assert hints(mode="all-at-once").dispatch_mode == "all-at-once"
+    assert hints(mode="kueue.x-k8s.io/multikueue-dispatcher-incremental").dispatch_mode == (
+        "incremental"
+    )
+    assert hints(mode="incremental")  # a hint on its own
 
 
 def test_no_hint_annotation_gives_the_shared_empty_hints() -> None:
@@ -296,7 +314,7 @@ def test_cluster_taints_parse_or_name_the_field(text: str, result: object) -> No
 
 def test_the_hint_table_names_each_key_once() -> None:
     keys = [h.key for h in HINTS]
-    assert len(keys) == len(set(keys)) == 5
+    assert len(keys) == len(set(keys)) == 6
     assert {h.on for h in HINTS} == {"Workload", "MultiKueueCluster"}
 
 

@@ -12,7 +12,12 @@ import pytest
 import yaml
 from sim_helpers import run, trace
 
-from dispatcher.kueue.hints import CLUSTER_AFFINITY, CLUSTER_SELECTOR, CLUSTER_TOLERATIONS
+from dispatcher.kueue.hints import (
+    CLUSTER_AFFINITY,
+    CLUSTER_SELECTOR,
+    CLUSTER_TOLERATIONS,
+    DISPATCH_MODE,
+)
 from dispatcher.sandbox.topology import WorkloadLine
 from dispatcher.sim.trace import TraceWorkload
 from dispatcher.sim.world import (
@@ -113,3 +118,25 @@ def test_cluster_taints_round_trip_and_bad_ones_name_the_field(tmp_path: Path) -
         f"{path}: {CLUSTER_TAINTS_KEY}.worker-a100-east[0].effect: 'Never': one of NoSchedule, "
         "PreferNoSchedule, NoExecute"
     )
+
+
+def test_a_dispatch_mode_hint_makes_copies_everywhere_in_the_simulator(tmp_path: Path) -> None:
+    """The same eight Jobs asking for ``all-at-once`` get a copy on each worker their other
+    hints allow (a region label, the taint tolerated: the two A100 workers; the loser's copy is
+    deleted), where the configured pipeline makes one; the hint's pipeline is the manager's
+    (``pipeline_for``)."""
+    base = {CLUSTER_TOLERATIONS.key: TOLERATE, CLUSTER_SELECTOR.key: REGION}
+    runs = {}
+    for label, hints in (
+        ("configured", base),
+        ("mode", {**base, DISPATCH_MODE.key: "all-at-once"}),
+    ):
+        jobs = [a100_job(f"j{i}", 60.0 * i, hints) for i in range(8)]
+        [(result, _)] = run(
+            "gpu-type-affinity+capacity-first",
+            trace(*jobs),
+            topology=load_topology(topology(tmp_path)),
+        ).values()
+        assert all(o.cluster is not None for o in result.outcomes)
+        runs[label] = result.copies_created
+    assert runs == {"configured": 8, "mode": 16}
