@@ -491,6 +491,7 @@ class Pipeline:
         dropped_by: dict[str, str] = {}
         codes: dict[str, RejectionReason] = {}
         alive: list[ClusterSnapshot] = []
+        hinted = bool(request.hints)
         for snap in unique.values():
             if not snap.active:
                 dropped_by[snap.name] = "active"
@@ -500,7 +501,9 @@ class Pipeline:
                 dropped_by[snap.name] = SAME_NAME_STAGE
                 codes[snap.name] = RejectionReason.NAME_TAKEN
                 ctx.dropped[snap.name] = request.name_taken[snap.name]
-            elif (ruled_out := hint_rejection(request, snap)) is not None:
+            elif (hinted or snap.taints or snap.taints_error) and (
+                ruled_out := hint_rejection(request, snap)
+            ) is not None:
                 dropped_by[snap.name] = HINTS_STAGE
                 codes[snap.name] = ruled_out.code
                 ctx.dropped[snap.name] = ruled_out.text
@@ -533,7 +536,7 @@ class Pipeline:
             alive = [s for s in alive if s.name not in drops]
 
         components: dict[str, list[ScoreComponent]] = {s.name: [] for s in alive}
-        if request.hints.preferred or any(s.taints for s in alive):
+        if (hinted and request.hints.preferred) or any(s.taints for s in alive):
             for snap in alive:
                 value, detail = hint_score(request, snap)
                 components[snap.name].append(
