@@ -256,6 +256,7 @@ class Nominator:
             events=self.events,
             config=self.config,
             metrics=metrics,
+            backlog=lambda cluster: len(self.in_flight.on(cluster, self._now())),
         )
         """Admitted on a worker, never recorded by Kueue (:mod:`dispatcher.controller.stuck`)."""
         self.triggers = Triggers(

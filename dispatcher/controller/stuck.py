@@ -26,7 +26,12 @@ from dispatcher.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
-__all__ = ["StuckDetector"]
+__all__ = ["BACKLOG_PATIENCE", "StuckDetector"]
+
+BACKLOG_PATIENCE = 10
+"""How many ``stuck_after_seconds`` a copy admitted on a worker may wait for Kueue's first
+recorded admission there while Kueue still has copies of ours to make on that worker (its
+clients' backlog at the start of a burst), before it counts as stuck all the same."""
 
 
 class StuckDetector:
@@ -41,8 +46,12 @@ class StuckDetector:
         events: EventRecorder,
         config: ControllerConfig,
         metrics: Metrics | None,
+        backlog: Callable[[str], int] | None = None,
     ) -> None:
+        """``backlog(cluster)``: how many of our nominations to ``cluster`` Kueue has not
+        reserved there yet (the in-flight ledger)."""
         self._registry = registry
+        self._backlog = backlog
         self._index = index
         self._queue = queue
         self._events = events
@@ -88,6 +97,19 @@ class StuckDetector:
                 # the write, which the pitfall refuses for every workload. Look again once that
                 # progress is as old as the threshold.
                 self._queue.add_after(key, self._config.stuck_after_seconds - (now - recorded))
+                continue
+            if (
+                recorded is None
+                and self._backlog is not None
+                and self._backlog(cluster) > 0
+                and now - since < BACKLOG_PATIENCE * self._config.stuck_after_seconds
+            ):
+                # Kueue has recorded no admission on this worker yet and still has copies of
+                # ours to make there: the start of a burst, its worker clients' backlog ahead
+                # of the first read-back (a false report in each 300-Job burst on real Kueue
+                # v0.19.2 before this). Not for ever: a pitfall under steady load is reported
+                # after BACKLOG_PATIENCE thresholds.
+                self._queue.add_after(key, self._config.stuck_after_seconds)
                 continue
             cause = await self.cause(cluster, workload)
             if cause is None:
