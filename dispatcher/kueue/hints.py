@@ -40,7 +40,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from dispatcher.kueue.objects import InvalidField
+from dispatcher.kueue.objects import InvalidField, Taint, Toleration
 
 __all__ = [
     "CLUSTER_AFFINITY",
@@ -218,39 +218,6 @@ class PreferredTerm:
 
     weight: int
     preference: Selector
-
-
-@dataclass(frozen=True, slots=True)
-class Taint:
-    """A taint of a MultiKueueCluster."""
-
-    key: str
-    value: str = ""
-    effect: str = "NoSchedule"
-
-    def __str__(self) -> str:
-        return f"{self.key}{'=' + self.value if self.value else ''}:{self.effect}"
-
-
-@dataclass(frozen=True, slots=True)
-class Toleration:
-    """A workload's toleration of cluster taints (a Pod toleration's semantics)."""
-
-    key: str = ""
-    operator: Literal["Equal", "Exists"] = "Equal"
-    value: str = ""
-    effect: str = ""
-
-    def tolerates(self, taint: Taint) -> bool:
-        """Whether this toleration tolerates ``taint``: an empty effect matches every effect,
-        an empty key with ``Exists`` every taint."""
-        if self.effect and self.effect != taint.effect:
-            return False
-        if not self.key:
-            return self.operator == "Exists"
-        if self.key != taint.key:
-            return False
-        return self.operator == "Exists" or self.value == taint.value
 
 
 @dataclass(frozen=True, slots=True)

@@ -120,7 +120,8 @@ class NodeSelectorRequirement:
 
 @dataclass(frozen=True, slots=True)
 class Toleration:
-    """A pod or flavor toleration."""
+    """A pod's, a flavor's or a workload's toleration (of node taints, or of MultiKueueCluster
+    taints through its placement hints)."""
 
     key: str = ""
     operator: str = "Equal"
@@ -140,11 +141,16 @@ class Toleration:
 
 @dataclass(frozen=True, slots=True)
 class Taint:
-    """A ResourceFlavor node taint."""
+    """A taint: a ResourceFlavor's node taint, or a MultiKueueCluster's
+    (:mod:`dispatcher.kueue.hints`)."""
 
     key: str
     value: str = ""
     effect: str = "NoSchedule"
+
+    def __str__(self) -> str:
+        """``key=value:effect``, as ``kubectl taint`` writes it."""
+        return f"{self.key}{'=' + self.value if self.value else ''}:{self.effect}"
 
 
 def _parse_toleration(raw: Mapping[str, Any]) -> Toleration:

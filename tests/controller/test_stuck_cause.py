@@ -11,6 +11,7 @@ in the 500-workload API-fault burst of CI at 3e9ce8f.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -105,6 +106,25 @@ class _Registry:
 COPY_ADMITTED = "2026-12-04T10:00:00Z"
 
 
+def _detector(
+    backlog: Callable[[str], int] | None = None,
+) -> tuple[WorkQueue, _Events, StuckDetector]:
+    """A detector whose only worker index holds ``default/wl`` admitted at COPY_ADMITTED
+    (threshold 15 s), with its queue and Events."""
+    queue = WorkQueue(clock=lambda: 0.0)
+    events = _Events()
+    detector = StuckDetector(
+        registry=_Registry(),  # type: ignore[arg-type]
+        index=lambda cluster: _Index({"default/wl": COPY_ADMITTED}),  # type: ignore[arg-type,return-value]
+        queue=queue,
+        events=events,  # type: ignore[arg-type]
+        config=ControllerConfig(stuck_after_seconds=15.0),
+        metrics=None,
+        backlog=backlog,
+    )
+    return queue, events, detector
+
+
 @pytest.mark.parametrize(
     ("recorded", "reported"),
     [
@@ -123,16 +143,7 @@ async def test_a_worker_whose_admissions_kueue_records_is_behind_not_stuck(
     backlog (the 300-Job burst on real Kueue v0.19.2: 88 false reports of 300 before this)."""
     base = parse_time(COPY_ADMITTED)
     assert base is not None
-    queue = WorkQueue(clock=lambda: 0.0)
-    events = _Events()
-    detector = StuckDetector(
-        registry=_Registry(),  # type: ignore[arg-type]
-        index=lambda cluster: _Index({"default/wl": COPY_ADMITTED}),  # type: ignore[arg-type,return-value]
-        queue=queue,
-        events=events,  # type: ignore[arg-type]
-        config=ControllerConfig(stuck_after_seconds=15.0),
-        metrics=None,
-    )
+    queue, events, detector = _detector()
     if recorded is not None:
         cluster, at = recorded
         detector.admission_recorded(cluster, base + at)
@@ -161,17 +172,7 @@ async def test_a_backlog_before_the_first_recorded_admission_is_behind_not_stuck
     before this, at e13c378); after ten thresholds it is reported all the same."""
     base = parse_time(COPY_ADMITTED)
     assert base is not None
-    queue = WorkQueue(clock=lambda: 0.0)
-    events = _Events()
-    detector = StuckDetector(
-        registry=_Registry(),  # type: ignore[arg-type]
-        index=lambda cluster: _Index({"default/wl": COPY_ADMITTED}),  # type: ignore[arg-type,return-value]
-        queue=queue,
-        events=events,  # type: ignore[arg-type]
-        config=ControllerConfig(stuck_after_seconds=15.0),
-        metrics=None,
-        backlog=lambda cluster: backlog if cluster == "w1" else 0,
-    )
+    queue, events, detector = _detector(lambda cluster: backlog if cluster == "w1" else 0)
     record = Record()
     await detector.check_admitted(
         "default/wl", _manager_workload(), record, ("w1",), base + admitted_ago

@@ -193,6 +193,21 @@ async def manager_events(
     return found
 
 
+async def patch_multikueue_cluster(
+    backend: ApiBackend, cluster: str, metadata: Mapping[str, Any]
+) -> None:
+    """Merge-patch a MultiKueueCluster's metadata on the manager, as an admin labels or
+    annotates it (a ``None`` value removes the key)."""
+    await client.CustomObjectsApi(backend.apis["manager"]).patch_cluster_custom_object(
+        KUEUE_GROUP,
+        KUEUE_VERSION,
+        "multikueueclusters",
+        cluster,
+        {"metadata": dict(metadata)},
+        _content_type="application/merge-patch+json",  # type: ignore[call-arg]
+    )
+
+
 @dataclass
 class History:
     """What was observed of one Workload (by name) over the run."""

@@ -16,8 +16,13 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import pytest
-from e2e_backend import NAMESPACE, ApiBackend, admitted_on, manager_events
-from kubernetes_asyncio import client
+from e2e_backend import (
+    NAMESPACE,
+    ApiBackend,
+    admitted_on,
+    manager_events,
+    patch_multikueue_cluster,
+)
 
 from dispatcher.kueue.hints import (
     CLUSTER_AFFINITY,
@@ -31,22 +36,8 @@ from dispatcher.sandbox.topology import WorkloadLine
 
 pytestmark = [pytest.mark.slow, pytest.mark.crds]
 
-KUEUE, V1BETA2 = "kueue.x-k8s.io", "v1beta2"
-MERGE = "application/merge-patch+json"
 REGION = "kueue.x-k8s.io/region"
 TAINT = "dedicated=ml:NoSchedule"
-
-
-async def patch_cluster(backend: ApiBackend, cluster: str, metadata: Mapping[str, Any]) -> None:
-    """Merge-patch a MultiKueueCluster's metadata (a None value removes the key)."""
-    await client.CustomObjectsApi(backend.apis["manager"]).patch_cluster_custom_object(
-        KUEUE,
-        V1BETA2,
-        "multikueueclusters",
-        cluster,
-        {"metadata": dict(metadata)},
-        _content_type=MERGE,  # type: ignore[call-arg]
-    )
 
 
 @pytest.fixture(autouse=True)
@@ -54,13 +45,13 @@ async def regions(backend: ApiBackend) -> AsyncIterator[None]:
     """Every test starts with no Jobs and no Workloads, worker1 in region eu and worker2 in us;
     the labels and any taint are removed afterwards."""
     await backend.reset()
-    await patch_cluster(backend, "worker1", {"labels": {REGION: "eu"}})
-    await patch_cluster(backend, "worker2", {"labels": {REGION: "us"}})
+    await patch_multikueue_cluster(backend, "worker1", {"labels": {REGION: "eu"}})
+    await patch_multikueue_cluster(backend, "worker2", {"labels": {REGION: "us"}})
     try:
         yield
     finally:
         for worker in ("worker1", "worker2"):
-            await patch_cluster(
+            await patch_multikueue_cluster(
                 backend,
                 worker,
                 {"labels": {REGION: None}, "annotations": {CLUSTER_TAINTS.key: None}},
@@ -144,7 +135,7 @@ async def test_item3_a_taint_keeps_jobs_off_unless_they_tolerate_it(backend: Api
     """worker2 is tainted ``dedicated=ml:NoSchedule``: a Job without a toleration goes to
     worker1, one that tolerates the taint goes to worker2 (the default choice again)."""
     taints = [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}]
-    await patch_cluster(
+    await patch_multikueue_cluster(
         backend, "worker2", {"annotations": {CLUSTER_TAINTS.key: json.dumps(taints)}}
     )
     await backend.submit(job("untolerated"))

@@ -21,16 +21,13 @@ from e2e_backend import (
     admitted_on,
     listed_events,
     manager_events,
+    patch_multikueue_cluster,
 )
-from kubernetes_asyncio import client
 
 from dispatcher.kueue.gputypes import CLUSTER_GPU_TYPE_LABEL
 from dispatcher.sandbox.topology import WorkloadLine
 
 pytestmark = [pytest.mark.slow, pytest.mark.crds]
-
-KUEUE, V1BETA2 = "kueue.x-k8s.io", "v1beta2"
-MERGE = "application/merge-patch+json"
 
 
 @pytest.fixture(autouse=True)
@@ -52,14 +49,7 @@ def gpu_job(name: str, gpus: int, **extra: Any) -> WorkloadLine:
 
 async def label_cluster(backend: ApiBackend, cluster: str, value: str | None) -> None:
     """Set (or, with None, remove) the GPU-type override label of a MultiKueueCluster."""
-    await client.CustomObjectsApi(backend.apis["manager"]).patch_cluster_custom_object(
-        KUEUE,
-        V1BETA2,
-        "multikueueclusters",
-        cluster,
-        {"metadata": {"labels": {CLUSTER_GPU_TYPE_LABEL: value}}},
-        _content_type=MERGE,  # type: ignore[call-arg]
-    )
+    await patch_multikueue_cluster(backend, cluster, {"labels": {CLUSTER_GPU_TYPE_LABEL: value}})
 
 
 async def test_item4_a_gpu_type_mismatch_is_surfaced_as_a_warning_event(
