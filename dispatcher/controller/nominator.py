@@ -275,6 +275,19 @@ class Nominator:
         """Registry callback: turn a change into the workload keys it may affect
         (:mod:`dispatcher.controller.triggers`)."""
         self.triggers.on_change(cluster, resource, item)
+        if resource == "connection" and cluster not in self.registry.workers:
+            self._forget_worker(cluster)
+
+    def _forget_worker(self, cluster: str) -> None:
+        """A worker the registry stopped (its MultiKueueCluster deleted, or its kubeconfig
+        replaced: then a new index is built on the new mirror when it is first read): drop what
+        the loop kept of it, so a removed cluster holds no index, snapshots or stuck-detector
+        state (``tests/controller/test_triggers.py``)."""
+        index = self.indexes.pop(cluster, None)
+        if index is not None:
+            index.detach()
+        self._snapshots.forget(cluster)
+        self.stuck.forget(cluster)
 
     @property
     def waiting(self) -> tuple[str, ...]:

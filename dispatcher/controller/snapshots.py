@@ -588,6 +588,11 @@ class SnapshotCache:
         self.seeded = 0
         """Snapshots whose in-flight replay continued from the one they replaced (a burst)."""
 
+    def forget(self, cluster: str) -> None:
+        """Drop the snapshots of ``cluster`` (a worker that is gone)."""
+        for key in [k for k in self._entries if k[0] == cluster]:
+            del self._entries[key]
+
     def get(
         self,
         candidate: Candidate,

@@ -61,6 +61,15 @@ class StuckDetector:
         """When Kueue last recorded an admission on each worker (clusterName set on a manager
         Workload we nominated there), on the nominator's clock."""
 
+    def forget(self, cluster: str) -> None:
+        """Drop what is kept of ``cluster`` (a worker that is gone)."""
+        self._recorded.pop(cluster, None)
+
+    @property
+    def clusters(self) -> frozenset[str]:
+        """The clusters whose last recorded admission is kept."""
+        return frozenset(self._recorded)
+
     def admission_recorded(self, cluster: str, now: float) -> None:
         """Kueue recorded an admission on ``cluster`` at ``now``: it is making progress there."""
         if now > self._recorded.get(cluster, float("-inf")):

@@ -610,3 +610,30 @@ async def test_worker_jobs_cost_nothing_unless_they_take_a_waiting_workloads_nam
         assert index.foreign_jobs == {("default", "other")}
         assert env.nominated("job") == ("w2",)
         assert env.loop.fan_outs == before[1]
+
+
+async def test_a_deleted_worker_leaves_no_index_snapshots_or_stuck_state() -> None:
+    """A MultiKueueCluster deleted: the loop drops that worker's index (detached from the old
+    mirror), its cached snapshots and the stuck detector's record of it; the other worker's
+    stay (before: kept for the life of the process)."""
+    async with world() as env:
+        nominator = await env.start_dispatcher()
+        await env.add_workload("job")
+        await env.wait(lambda: env.nominated("job") != () and env.idle("job"))
+        assert set(nominator.indexes) == {"w1", "w2"}
+        for worker in ("w1", "w2"):
+            nominator.stuck.admission_recorded(worker, 1.0)
+        old = nominator.indexes["w2"]
+
+        await env.api.request("DELETE", MULTIKUEUE_CLUSTERS.path(None, "w2"))
+        await env.wait(lambda: "w2" not in env.mirrors.workers and "w2" not in nominator.indexes)
+        assert set(nominator.indexes) == {"w1"}
+        assert nominator.stuck.clusters == {"w1"}
+        assert old.mirror is not None
+        listening = [
+            listener
+            for cache in old.mirror.caches.values()
+            for listener in cache.listeners
+            if getattr(listener, "func", None) == old.apply
+        ]
+        assert listening == []
