@@ -256,7 +256,7 @@ class Nominator:
             events=self.events,
             config=self.config,
             metrics=metrics,
-            backlog=lambda cluster: len(self.in_flight.on(cluster, self._now())),
+            backlog=self._copy_backlog,
         )
         """Admitted on a worker, never recorded by Kueue (:mod:`dispatcher.controller.stuck`)."""
         self.triggers = Triggers(
@@ -277,6 +277,15 @@ class Nominator:
         self.triggers.on_change(cluster, resource, item)
         if resource == "connection" and cluster not in self.registry.workers:
             self._forget_worker(cluster)
+
+    def _copy_backlog(self, cluster: str) -> int:
+        """How many of our nominations to ``cluster`` have no copy holding quota there yet:
+        the copies Kueue has still to make (or the worker to reserve). Nominations whose copy
+        holds quota there stay in the in-flight ledger until Kueue records them, and do not
+        count: under the field-manager pitfall that is every one of them."""
+        index = self.indexes.get(cluster)
+        reserved = index.reserved_keys if index is not None else frozenset()
+        return sum(1 for w in self.in_flight.on(cluster, self._now()) if w.key not in reserved)
 
     def _forget_worker(self, cluster: str) -> None:
         """A worker the registry stopped (its MultiKueueCluster deleted, or its kubeconfig

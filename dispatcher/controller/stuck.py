@@ -48,8 +48,8 @@ class StuckDetector:
         metrics: Metrics | None,
         backlog: Callable[[str], int] | None = None,
     ) -> None:
-        """``backlog(cluster)``: how many of our nominations to ``cluster`` Kueue has not
-        reserved there yet (the in-flight ledger)."""
+        """``backlog(cluster)``: how many of our nominations to ``cluster`` have no copy
+        holding quota there yet (Kueue has still to make them)."""
         self._registry = registry
         self._backlog = backlog
         self._index = index
