@@ -325,10 +325,9 @@ class Settings(BaseSettings):
         "set `status.clusterName` on the manager before the workload is reported stuck (the "
         "field-manager pitfall, contract C43: log, `AdmissionStuck` Event, "
         "`multikueue_dispatcher_stuck_workloads_total`), unless Kueue recorded another "
-        "admission on that worker within as long, or has recorded none there yet and still "
-        "has copies of ours to make there (for up to ten times as long): then it is behind its "
-        "worker client's backlog, not refusing the write, and the workload is looked at again "
-        "later.",
+        "admission on that worker within as long, or still has copies of ours to make there "
+        "(for up to ten times as long): then it is behind its worker client's backlog, not "
+        "refusing the write, and the workload is looked at again later.",
     )
     decision_timeout_seconds: float = Field(
         default=CONTROLLER_DEFAULTS.decision_timeout_seconds,

@@ -29,9 +29,9 @@ log = logging.getLogger(__name__)
 __all__ = ["BACKLOG_PATIENCE", "StuckDetector"]
 
 BACKLOG_PATIENCE = 10
-"""How many ``stuck_after_seconds`` a copy admitted on a worker may wait for Kueue's first
-recorded admission there while Kueue still has copies of ours to make on that worker (its
-clients' backlog at the start of a burst), before it counts as stuck all the same."""
+"""How many ``stuck_after_seconds`` a copy admitted on a worker may wait for Kueue to record it
+while Kueue still has copies of ours to make on that worker (its clients' backlog in a burst),
+before it counts as stuck all the same."""
 
 
 class StuckDetector:
@@ -108,16 +108,15 @@ class StuckDetector:
                 self._queue.add_after(key, self._config.stuck_after_seconds - (now - recorded))
                 continue
             if (
-                recorded is None
-                and self._backlog is not None
+                self._backlog is not None
                 and self._backlog(cluster) > 0
                 and now - since < BACKLOG_PATIENCE * self._config.stuck_after_seconds
             ):
-                # Kueue has recorded no admission on this worker yet and still has copies of
-                # ours to make there: the start of a burst, its worker clients' backlog ahead
-                # of the first read-back (a false report in each 300-Job burst on real Kueue
-                # v0.19.2 before this). Not for ever: a pitfall under steady load is reported
-                # after BACKLOG_PATIENCE thresholds.
+                # Kueue still has copies of ours to make on this worker: a burst, its worker
+                # clients' backlog ahead of the read-backs (a false report in each 300-Job
+                # burst on real Kueue v0.19.2 before this; one read-back early in the burst
+                # and none for a while after it is no sign of the pitfall). Not for ever: a
+                # pitfall under steady load is reported after BACKLOG_PATIENCE thresholds.
                 self._queue.add_after(key, self._config.stuck_after_seconds)
                 continue
             cause = await self.cause(cluster, workload)
