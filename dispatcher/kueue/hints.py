@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from dispatcher.kueue.objects import InvalidField, Taint, Toleration
+from dispatcher.kueue.objects import NodeSelectorRequirement as Requirement
 
 __all__ = [
     "CLUSTER_AFFINITY",
@@ -56,7 +57,6 @@ __all__ = [
     "HintName",
     "PlacementHints",
     "PreferredTerm",
-    "Requirement",
     "Selector",
     "Taint",
     "Toleration",
@@ -171,36 +171,10 @@ dispatcher never evicts, so the two act alike); ``PreferNoSchedule`` ranks it lo
 
 
 @dataclass(frozen=True, slots=True)
-class Requirement:
-    """One requirement of a label selector."""
-
-    key: str
-    operator: Operator
-    values: tuple[str, ...] = ()
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        """Whether ``labels`` meet the requirement (Kubernetes' label-selector semantics)."""
-        if self.operator == "Exists":
-            return self.key in labels
-        if self.operator == "DoesNotExist":
-            return self.key not in labels
-        found = self.key in labels and labels[self.key] in self.values
-        return found if self.operator == "In" else not found
-
-    def __str__(self) -> str:
-        if self.operator == "Exists":
-            return self.key
-        if self.operator == "DoesNotExist":
-            return f"!{self.key}"
-        if len(self.values) == 1:
-            return f"{self.key}{'=' if self.operator == 'In' else '!='}{self.values[0]}"
-        op = "in" if self.operator == "In" else "notin"
-        return f"{self.key} {op} ({','.join(self.values)})"
-
-
-@dataclass(frozen=True, slots=True)
 class Selector:
-    """A label selector: every requirement must hold (an empty one matches everything)."""
+    """A label selector: every requirement must hold (an empty one matches everything). Its
+    requirements are node-selector requirements limited to ``In``, ``NotIn``, ``Exists`` and
+    ``DoesNotExist``, which match labels as a label selector's do."""
 
     requirements: tuple[Requirement, ...] = ()
 

@@ -117,6 +117,17 @@ class NodeSelectorRequirement:
             return number > bound if self.operator == "Gt" else number < bound
         return False
 
+    def __str__(self) -> str:
+        """The requirement in ``kubectl`` label-selector syntax (``Gt``/``Lt`` have none: they
+        print as ``key gt (value)``)."""
+        if self.operator == "Exists":
+            return self.key
+        if self.operator == "DoesNotExist":
+            return f"!{self.key}"
+        if self.operator in ("In", "NotIn") and len(self.values) == 1:
+            return f"{self.key}{'=' if self.operator == 'In' else '!='}{self.values[0]}"
+        return f"{self.key} {self.operator.lower()} ({','.join(self.values)})"
+
 
 @dataclass(frozen=True, slots=True)
 class Toleration:
