@@ -405,18 +405,32 @@ def _parse_affinity(
     return required, tuple(preferred)
 
 
-def _parse_tolerations(text: str, field: str) -> tuple[Toleration, ...]:
-    raw = _json(text, field)
+def _objects(
+    raw: object, where: str, kind: str, fields: frozenset[str]
+) -> list[tuple[str, Mapping[str, Any]]]:
+    """The items of a decoded JSON list of ``kind`` objects with their paths (``where[i]``),
+    each checked to be an object with no field outside ``fields``."""
     if not isinstance(raw, list):
-        raise InvalidField(field, "a JSON list of tolerations")
+        raise InvalidField(where, f"a JSON list of {kind}s")
     out = []
     for i, item in enumerate(raw):
-        where = f"{field}[{i}]"
+        at = f"{where}[{i}]"
         if not isinstance(item, Mapping):
-            raise InvalidField(where, "not an object")
-        unknown = sorted(set(item) - {"key", "operator", "value", "effect", "tolerationSeconds"})
+            raise InvalidField(at, "not an object")
+        unknown = sorted(set(item) - fields)
         if unknown:
-            raise InvalidField(where, f"unknown field {unknown[0]!r} of a toleration")
+            raise InvalidField(at, f"unknown field {unknown[0]!r} of a {kind}")
+        out.append((at, item))
+    return out
+
+
+_TOLERATION_FIELDS = frozenset({"key", "operator", "value", "effect", "tolerationSeconds"})
+_TAINT_FIELDS = frozenset({"key", "value", "effect"})
+
+
+def _parse_tolerations(text: str, field: str) -> tuple[Toleration, ...]:
+    out = []
+    for where, item in _objects(_json(text, field), field, "toleration", _TOLERATION_FIELDS):
         operator = item.get("operator", "Equal")
         if operator not in ("Equal", "Exists"):
             raise InvalidField(f"{where}.operator", f"{operator!r}: Equal or Exists")
@@ -447,16 +461,8 @@ def parse_taints(
 
 def parse_taint_list(raw: object, where: str) -> tuple[Taint, ...]:
     """Taints from a decoded list of ``{key, value, effect}``; ``where`` names it in errors."""
-    if not isinstance(raw, list):
-        raise InvalidField(where, "a JSON list of taints")
     out = []
-    for i, item in enumerate(raw):
-        at = f"{where}[{i}]"
-        if not isinstance(item, Mapping):
-            raise InvalidField(at, "not an object")
-        unknown = sorted(set(item) - {"key", "value", "effect"})
-        if unknown:
-            raise InvalidField(at, f"unknown field {unknown[0]!r} of a taint")
+    for at, item in _objects(raw, where, "taint", _TAINT_FIELDS):
         key = _key(str(item.get("key", "")), f"{at}.key")
         value = str(item.get("value", ""))
         if value:
