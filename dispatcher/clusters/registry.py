@@ -278,8 +278,10 @@ class ClusterRegistry:
         dispatch (see :mod:`dispatcher.clusters.activeness`)."""
         self.workers: dict[str, Worker] = {}
         self._verdicts: dict[str, _Verdict] = {}
-        self._taints: dict[str, tuple[str | None, tuple[Taint, ...], str]] = {}
         """The last activeness verdict of each fresh worker, with what it was judged from."""
+        self._taints: dict[str, tuple[str | None, tuple[Taint, ...], str]] = {}
+        """Each MultiKueueCluster's taints annotation as last read, with its taints or why they
+        cannot be read (parsed once per value)."""
         self.judged = 0
         """Activeness verdicts computed, not reused (operation-count tests)."""
         self._clock = clock
