@@ -1233,7 +1233,6 @@ class Simulation:
         if not self._unplaceable(wl):
             wl.unplaceable_since = None
             return
-        assert self.pipeline is not None
         self._progress()
         eligible = self._eligible(self._pipeline_of(wl), wl)
         release = Release(
@@ -1263,7 +1262,6 @@ class Simulation:
         """Reactivate, oldest first, the released workloads that have an eligible worker up."""
         if not self._inactive:
             return
-        assert self.pipeline is not None
         back = [
             wl
             for wl in self._inactive
