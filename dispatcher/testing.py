@@ -17,6 +17,7 @@ entry-point autoload **disabled**, so installed plugins do not change your test'
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -32,6 +33,7 @@ from dispatcher.algorithms import (
     describe_decision,
     queued_workload,
 )
+from dispatcher.kueue.admission import ReservingWorkload
 from dispatcher.kueue.gputypes import DEFAULT_GPU_LABEL, cluster_gpu_types, required_gpu_types
 from dispatcher.kueue.hints import Taint, parse_placement_hints
 from dispatcher.kueue.objects import (
@@ -39,6 +41,7 @@ from dispatcher.kueue.objects import (
     FlavorQuotas,
     NodeSelectorRequirement,
     PodSetView,
+    QueuePolicy,
     ResourceFlavorView,
     ResourceGroup,
     ResourceQuota,
@@ -55,6 +58,7 @@ __all__ = [
     "decide",
     "dispatch_burst",
     "make_cluster",
+    "make_holder",
     "make_host",
     "make_pod_set",
     "make_request",
@@ -181,6 +185,41 @@ class FlavorSpec:
     borrowing_limit: Mapping[str, Amount] | None = None
 
 
+def make_holder(
+    key: str,
+    *,
+    flavor: str = "default",
+    cpu: Amount | None = None,
+    gpus: int = 0,
+    gpu_resource: str = GPU,
+    priority: int = 0,
+    reserved_at: float = 0.0,
+    admitted: bool = True,
+    evicting: bool = False,
+) -> ReservingWorkload:
+    """A workload holding quota in a test ClusterQueue (a possible preemption victim): its
+    usage on ``flavor`` (name it as :func:`make_cluster` names its flavor: the GPU type, or
+    ``default``), ``priority``, and since when it holds the quota (epoch seconds; the
+    request's ``now`` minus it is the running time a preemption loses). Pass it to
+    :func:`make_cluster`'s ``holders``, which adds its usage to the queue's."""
+    usage: dict[tuple[str, str], int] = {}
+    if cpu is not None:
+        usage[(flavor, "cpu")] = _q(cpu)
+    if gpus:
+        usage[(flavor, gpu_resource)] = _q(gpus)
+    moment = datetime.datetime.fromtimestamp(reserved_at, datetime.UTC)
+    return ReservingWorkload(
+        key=key,
+        cluster_queue="",
+        usage=frozen_map(usage),
+        priority=priority,
+        reserved_at=moment,
+        queued_at=moment,
+        admitted=admitted,
+        evicting=evicting,
+    )
+
+
 def make_cluster(
     name: str,
     *,
@@ -203,13 +242,18 @@ def make_cluster(
     has_queue: bool = True,
     label_key: str = DEFAULT_GPU_LABEL,
     taints: Sequence[Taint] = (),
+    holders: Sequence[ReservingWorkload] = (),
+    preemption: str = "Never",
 ) -> ClusterSnapshot:
     """A worker snapshot with one ClusterQueue of one resource group.
 
     Either give ``flavors`` explicitly or use the shorthand (``cpu``, ``gpus``, ``gpu_type``,
     ``used_*``), which makes one flavor named after the GPU type (or ``default``) whose node
     labels carry ``label_key: gpu_type``. ``has_queue=False`` models a worker without the
-    workload's LocalQueue.
+    workload's LocalQueue. ``holders`` (of :func:`make_holder`) are workloads holding quota in
+    the ClusterQueue, their usage added to ``used_*``; ``preemption`` is its
+    ``preemption.withinClusterQueue`` (``Never``, ``LowerPriority``,
+    ``LowerOrNewerEqualPriority``).
     """
     if flavors is None:
         quota: dict[str, Amount] = {}
@@ -253,12 +297,17 @@ def make_cluster(
         for r, amount in (spec.used or {}).items():
             if _q(amount):
                 reserved[(spec.name, r)] = _q(amount)
+        for holder in holders:
+            for (flavor, r), held in holder.usage.items():
+                if flavor == spec.name:
+                    reserved[(flavor, r)] = reserved.get((flavor, r), 0) + held
         views[spec.name] = ResourceFlavorView(spec.name, frozen_map(spec.node_labels or {}))
     cq = ClusterQueueView(
         name=f"{name}-cq",
         resource_groups=(ResourceGroup(tuple(covered), tuple(flavor_quotas)),),
         cohort=cohort,
         reserved=frozen_map(reserved),
+        policy=QueuePolicy(within_cluster_queue=preemption),
     )
     return ClusterSnapshot(
         name=name,
@@ -272,6 +321,7 @@ def make_cluster(
         cohort_limit=frozen_map({k: _q(v) for k, v in (cohort_limit or {}).items()}),
         in_flight=tuple(in_flight),
         pending=tuple(pending),
+        holders=tuple(replace(h, cluster_queue=cq.name) for h in holders),
         gpu_types=cluster_gpu_types(
             views.values(), cluster_queue=cq, cluster_labels=labels, label_key=label_key
         ),

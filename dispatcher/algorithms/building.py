@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from dispatcher.algorithms.model import ClusterSnapshot, DispatchRequest, QueuedWorkload
+from dispatcher.kueue.admission import ReservingWorkload
 from dispatcher.kueue.flavorfit import cohort_lending
 from dispatcher.kueue.gputypes import (
     DEFAULT_GPU_LABEL,
@@ -103,6 +104,7 @@ def snapshot_from_objects(
     labels: Mapping[str, str] | None = None,
     pending: Iterable[QueuedWorkload] = (),
     in_flight: Iterable[QueuedWorkload] = (),
+    holders: Iterable[ReservingWorkload] = (),
     label_key: str = DEFAULT_GPU_LABEL,
     resource_pattern: str = DEFAULT_GPU_RESOURCE_PATTERN,
     taints: tuple[Taint, ...] = (),
@@ -111,7 +113,8 @@ def snapshot_from_objects(
     """A worker's snapshot for one workload's ``namespace/queue_name`` from its mirrored objects.
 
     Follows LocalQueue → ClusterQueue (contract C69) and computes the cohort's lending room from
-    the other ClusterQueues of the cohort.
+    the other ClusterQueues of the cohort. ``holders`` are the worker's Workloads holding quota
+    (any ClusterQueue: those of the workload's are kept).
     """
     cqs = {cq.name: cq for cq in cluster_queues}
     lq = next((q for q in local_queues if q.namespace == namespace and q.name == queue_name), None)
@@ -130,6 +133,7 @@ def snapshot_from_objects(
         cohort_limit=frozen_map(limit),
         pending=tuple(pending),
         in_flight=tuple(in_flight),
+        holders=tuple(h for h in holders if cq is not None and h.cluster_queue == cq.name),
         gpu_types=cluster_gpu_types(
             flavor_map.values(),
             cluster_queue=cq,

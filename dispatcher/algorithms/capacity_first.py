@@ -5,6 +5,13 @@ Ranking, in tiers (see :mod:`dispatcher.algorithms.stages`):
 1. ``fits-now``: the workload fits the quota free right now, after the workloads we nominated
    there and Kueue has not reserved yet (in-flight) are deducted. This is what stops a burst from
    over-filling one idle cluster.
+1a. ``least-disruption`` (with ``preemption`` not ``ignore``): where the workload does not fit now,
+   what admitting it would preempt under that worker ClusterQueue's own policy
+   (``withinClusterQueue``, and ``borrowWithinCohort`` for a preemptor that must borrow), the
+   in-flight nominations' own preemptions claimed first: ``cheapest`` ranks the clusters where it
+   would preempt by cost (highest victim priority, then number of victims, then running time
+   lost; the cheapest first) above those where it can only wait; ``avoid`` ranks the clusters
+   where it waits without preempting first. A cluster where it fits now ranks above both.
 1b. ``backlog`` (with ``spread_backlog`` > 0): a cluster where Kueue has ``spread_backlog`` or
    more of our nominations still in flight (copies it has yet to make through its client of that
    worker, rate limited on Kueue v0.19) ranks below one with fewer, whatever the preferences
@@ -19,6 +26,10 @@ Ranking, in tiers (see :mod:`dispatcher.algorithms.stages`):
 Clusters where the workload could never fit (bigger than nominal quota plus borrowing), or where
 its LocalQueue does not exist, are dropped. One cluster is nominated; when the workload is not
 admitted within ``patience_seconds`` the nomination moves to, or widens by, the next best cluster.
+Unless ``preemption`` is ``ignore``, a nomination never holds two clusters where admitting the
+workload would preempt: widening skips them (upstream kueue#8303: a workload copied to several
+full workers preempts on each; Kueue v0.20's orchestrated preemption opens one such copy's gate
+per five minutes, which a single preempting nomination never waits for).
 """
 
 from __future__ import annotations
@@ -38,8 +49,10 @@ from dispatcher.algorithms.model import (
     RejectionReason,
 )
 from dispatcher.algorithms.stages import (
+    DISRUPTION_SCORER,
     TIER_BACKLOG,
     TIER_CAPACITY,
+    TIER_DISRUPTION,
     TIER_FEASIBILITY,
     TIER_WAIT,
     Selection,
@@ -56,6 +69,7 @@ __all__ = [
     "CapacityFirstSelector",
     "CapacityPolicyScorer",
     "FitsNowScorer",
+    "LeastDisruptionScorer",
     "QueueAheadScorer",
     "QueueFilter",
     "build_capacity_first",
@@ -87,6 +101,14 @@ class CapacityFirstOptions(BaseModel):
         ge=1,
         le=MAX_NOMINATED_CLUSTERS,
         description="Upper bound on the nomination size when widening.",
+    )
+    preemption: Literal["cheapest", "avoid", "ignore"] = Field(
+        "cheapest",
+        description="Where the workload fits nowhere now: `cheapest` nominates the cluster where "
+        "admitting it preempts the least (lowest-priority, fewest victims, least running time "
+        "lost) rather than one where it can only wait; `avoid` prefers a cluster where it waits "
+        "without preempting; `ignore` does not look at preemption (and may widen to a second "
+        "cluster that would preempt too).",
     )
     spread_backlog: int = Field(
         10,
@@ -150,6 +172,46 @@ class FitsNowScorer:
         """Score feasibility right now."""
         fit = ctx.fit(cluster)
         return (1.0, "fits now") if fit.fits_now else (0.0, fit.reason)
+
+
+@dataclass(frozen=True, slots=True)
+class LeastDisruptionScorer:
+    """Where the workload does not fit now: what admitting it would preempt there.
+
+    ``1`` where it fits now. Where it would preempt, between ``0.1`` and ``0.7`` by the rank of
+    its cost (:meth:`~dispatcher.algorithms.stages.Disruption.cost`) among the clusters kept in
+    this decision, the cheapest highest. Where it can only wait, ``0`` (``cheapest``) or ``0.8``
+    (``avoid``). The detail names the victims expected.
+    """
+
+    mode: Literal["cheapest", "avoid"] = "cheapest"
+    name: str = DISRUPTION_SCORER
+    tier: int = TIER_DISRUPTION
+    weight: float = 1.0
+
+    def score(
+        self, request: DispatchRequest, cluster: ClusterSnapshot, ctx: StageContext
+    ) -> tuple[float, str]:
+        """Score the preemption admitting the workload here would cause."""
+        plan = ctx.disruption(cluster)
+        if plan.mode == "fit":
+            return 1.0, ""
+        if plan.mode == "wait":
+            return (0.8 if self.mode == "avoid" else 0.0), plan.describe(request.now)
+        costs: list[tuple[int, int, float]] | None = ctx.memo.get(self.name)
+        if costs is None:
+            costs = sorted(
+                {
+                    found.cost(request.now)
+                    for snap in ctx.snapshots.values()
+                    if snap.active
+                    and snap.name not in ctx.dropped
+                    and (found := ctx.disruption(snap)).mode == "preempt"
+                }
+            )
+            ctx.memo[self.name] = costs
+        place = costs.index(plan.cost(request.now))
+        return 0.7 - 0.6 * place / len(costs), plan.describe(request.now)
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +284,9 @@ class CapacityFirstSelector:
     patience_seconds: float = 300.0
     on_patience: Literal["move", "widen"] = "widen"
     max_clusters: int = 3
+    one_preemption: bool = True
+    """Never widen to a cluster where admitting the workload would preempt while the
+    nomination already holds one (``preemption`` other than ``ignore``)."""
     name: str = "capacity-first"
 
     def select(
@@ -236,7 +301,7 @@ class CapacityFirstSelector:
         best = ranked[0]
         patience = self.patience_seconds
         if not request.nominated or not current:
-            why = _why(best, ctx)
+            why = _why(best, ctx, self.one_preemption)
             if lost:
                 gone = ", ".join(f"{n} ({ctx.dropped.get(n, 'gone')})" for n in lost)
                 why = f"nominated {gone} dropped; {why}"
@@ -258,25 +323,48 @@ class CapacityFirstSelector:
         if not others:
             return Selection(current, "patience ran out but no other cluster is left", patience)
         nxt = others[0]
+        shown = self.one_preemption
         if self.on_patience == "move":
             return Selection(
                 (nxt.name,),
-                f"not admitted after {age:.0f}s on {', '.join(current)}; moving: {_why(nxt, ctx)}",
+                f"not admitted after {age:.0f}s on {', '.join(current)}; moving: "
+                f"{_why(nxt, ctx, shown)}",
                 patience,
             )
         if len(current) >= self.max_clusters:
             return Selection(current, f"already at max_clusters={self.max_clusters}", patience)
+        if self.one_preemption:
+            preempting = [n for n in current if ctx.disruption(ctx.snapshots[n]).mode == "preempt"]
+            if preempting:
+                spare = [c for c in others if ctx.disruption(c).mode != "preempt"]
+                if not spare:
+                    return Selection(
+                        current,
+                        f"not admitted after {age:.0f}s on {', '.join(current)}; not widening: "
+                        f"admitting it on {', '.join(preempting)} already preempts, and on every "
+                        "other cluster it would preempt too (one preemption at a time)",
+                        patience,
+                    )
+                nxt = spare[0]
         return Selection(
             (*current, nxt.name),
-            f"not admitted after {age:.0f}s on {', '.join(current)}; widening: {_why(nxt, ctx)}",
+            f"not admitted after {age:.0f}s on {', '.join(current)}; widening: "
+            f"{_why(nxt, ctx, shown)}",
             patience,
         )
 
 
-def _why(cluster: ClusterSnapshot, ctx: StageContext) -> str:
+def _why(cluster: ClusterSnapshot, ctx: StageContext, disruption: bool = False) -> str:
     fit = ctx.fit(cluster)
     if fit.fits_now:
         return f"{cluster.name}: fits now"
+    if disruption:
+        plan = ctx.disruption(cluster)
+        if plan.mode == "preempt":
+            return (
+                f"{cluster.name}: fits nowhere now; least disruption here: "
+                f"{plan.describe(ctx.request.now)}"
+            )
     return f"{cluster.name}: fits nowhere now, {fit.queued_ahead} ahead here"
 
 
@@ -286,6 +374,11 @@ def build_capacity_first(options: CapacityFirstOptions) -> Stages:
         filters=(QueueFilter(), CanEverFitFilter()),
         scorers=(
             FitsNowScorer(),
+            *(
+                (LeastDisruptionScorer(options.preemption),)
+                if options.preemption != "ignore"
+                else ()
+            ),
             *((BacklogScorer(options.spread_backlog),) if options.spread_backlog > 0 else ()),
             CapacityPolicyScorer(options.policy),
             QueueAheadScorer(),
@@ -294,6 +387,7 @@ def build_capacity_first(options: CapacityFirstOptions) -> Stages:
             patience_seconds=options.patience_seconds,
             on_patience=options.on_patience,
             max_clusters=options.max_clusters,
+            one_preemption=options.preemption != "ignore",
         ),
     )
 

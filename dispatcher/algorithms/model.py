@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from dispatcher.kueue.admission import ReservingWorkload
 from dispatcher.kueue.hints import NO_HINTS, PlacementHints, Taint
 from dispatcher.kueue.objects import (
     ClusterQueueView,
@@ -134,6 +135,9 @@ class ClusterSnapshot:
     """Workloads waiting in that ClusterQueue."""
     in_flight: tuple[QueuedWorkload, ...] = ()
     """Our nominations to this cluster that its Kueue has not reserved yet, oldest first."""
+    holders: tuple[ReservingWorkload, ...] = ()
+    """The workloads holding quota in that ClusterQueue (ours or not): what a preemption there
+    could evict, with their priority and since when they hold it."""
     gpu_types: frozenset[str] = frozenset()
     """GPU types the cluster offers (learned from flavors or overridden by labels)."""
     taints: tuple[Taint, ...] = ()

@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import datetime
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from dispatcher.algorithms.model import (
     MAX_NOMINATED_CLUSTERS,
@@ -43,19 +44,28 @@ from dispatcher.algorithms.model import (
     StageError,
     Verdict,
 )
+from dispatcher.kueue.admission import (
+    EPOCH,
+    PendingWorkload,
+    ReservingWorkload,
+    evaluate_available,
+)
 from dispatcher.kueue.flavorfit import FitResult, assign_flavors, available_now, capacity_ceiling
 from dispatcher.kueue.hints import CLUSTER_TOLERATIONS, tolerated
 from dispatcher.kueue.objects import ClusterQueueView, FlavorResource, PodSetView, frozen_map
 
 __all__ = [
+    "DISRUPTION_SCORER",
     "HINTS_STAGE",
     "SAME_NAME_STAGE",
     "TIER_BACKLOG",
     "TIER_CAPACITY",
+    "TIER_DISRUPTION",
     "TIER_FEASIBILITY",
     "TIER_PREFERENCE",
     "TIER_WAIT",
     "ClusterFit",
+    "Disruption",
     "Filter",
     "Pipeline",
     "Scorer",
@@ -71,6 +81,11 @@ __all__ = [
 
 TIER_FEASIBILITY = 0
 """Tier of "does it fit now" scores: dominates everything else."""
+DISRUPTION_SCORER = "least-disruption"
+"""The score component of least-disruption placement (its detail names the victims)."""
+TIER_DISRUPTION = 2
+"""Tier of what admitting the workload would preempt where it does not fit now (least
+disruption): right below "fits now", above everything else."""
 TIER_BACKLOG = 5
 """Tier of how far behind Kueue is on a cluster (copies of our nominations it has yet to make):
 below "fits now", above preferences, so that a burst drains through every worker's client."""
@@ -110,6 +125,53 @@ class ClusterFit:
     assignment: FitResult | None = None
 
 
+LATEST = datetime.datetime.max.replace(tzinfo=datetime.UTC)
+"""Queue-order time of a copy not created yet: a copy is created when it is nominated, so it is
+newer than every workload already on the worker (none of equal priority is newer than it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Disruption:
+    """What admitting the request on one cluster would cost others, under the worker
+    ClusterQueue's own preemption policy (:func:`dispatcher.kueue.admission.evaluate_available`)."""
+
+    mode: Literal["fit", "preempt", "wait"]
+    """``fit``: reserves now, no preemption; ``preempt``: reserves once ``victims`` are evicted;
+    ``wait``: not now, and nothing there may be preempted for it."""
+    victims: tuple[ReservingWorkload, ...] = ()
+    """For ``preempt``: the minimal set Kueue's preemption would evict there, in its order."""
+
+    def cost(self, now: float) -> tuple[int, int, float]:
+        """How bad the preemption is, smaller first: the highest victim priority, then the
+        number of victims, then the seconds of running time they lose (of admitted victims,
+        since their quota was reserved)."""
+        if not self.victims:
+            return (0, 0, 0.0)
+        return (
+            max(v.priority for v in self.victims),
+            len(self.victims),
+            sum(_running(v, now) for v in self.victims),
+        )
+
+    def describe(self, now: float) -> str:
+        """The victims as an Event or ``explain`` shows them."""
+        if self.mode != "preempt":
+            return "no preemption" if self.mode == "fit" else "nothing there may be preempted"
+        shown = ", ".join(
+            f"{v.key} (priority {v.priority}"
+            + (f", running {_running(v, now):.0f}s)" if v.admitted else ", not admitted)")
+            for v in self.victims[:5]
+        )
+        more = f" and {len(self.victims) - 5} more" if len(self.victims) > 5 else ""
+        return f"would preempt {len(self.victims)}: {shown}{more}"
+
+
+def _running(victim: ReservingWorkload, now: float) -> float:
+    if not victim.admitted or victim.reserved_at <= EPOCH:
+        return 0.0
+    return max(0.0, now - victim.reserved_at.timestamp())
+
+
 class StageContext:
     """Per-decision state handed to every stage: the request, the candidates and a fit cache."""
 
@@ -122,6 +184,7 @@ class StageContext:
         self.memo: dict[str, Any] = {}
         """Scratch space for stages that compute something once per decision."""
         self._fits: dict[str, ClusterFit] = {}
+        self._disruptions: dict[str, Disruption] = {}
         self._shape: tuple[Any, ...] | None = _UNSET
 
     def has_fit(self, cluster: str) -> bool:
@@ -138,8 +201,61 @@ class StageContext:
             self._fits[cluster.name] = cached
         return cached
 
+    def disruption(self, cluster: ClusterSnapshot) -> Disruption:
+        """What admitting the request on ``cluster`` would preempt (computed on first use,
+        then cached): only where it does not fit now but could ever, and the worker
+        ClusterQueue's policy lets it preempt a workload holding quota there."""
+        cached = self._disruptions.get(cluster.name)
+        if cached is None:
+            cached = self._disruptions[cluster.name] = _disruption(self.request, cluster, self)
+        return cached
+
 
 _UNSET: Any = object()
+
+
+def _disruption(
+    request: DispatchRequest, cluster: ClusterSnapshot, ctx: StageContext
+) -> Disruption:
+    fit = ctx.fit(cluster)
+    if fit.fits_now:
+        return Disruption("fit")
+    cq = cluster.cluster_queue
+    if (
+        cq is None
+        or not fit.fits_ever
+        or not _may_preempt_any(cq, request.priority, cluster.holders)
+    ):
+        return Disruption("wait")
+    if request.key in _in_flight_keys(cluster):
+        available, _, holders = _replay_in_flight(cluster, cq, exclude=request.key)
+    else:
+        base = _base_quota(cluster, cq)
+        available, holders = dict(base.after_in_flight), list(base.holders_after_in_flight)
+    plan = evaluate_available(
+        _preemptor(request.key, cq.name, request.pod_sets, request.priority),
+        cq,
+        cluster.flavors,
+        available,
+        [h for h in holders if h.key != request.key],
+    )
+    if plan.mode == "preempt":
+        return Disruption("preempt", plan.victims)
+    return Disruption("wait")
+
+
+def _preemptor(
+    key: str, cq: str, pod_sets: tuple[PodSetView, ...], priority: int
+) -> PendingWorkload:
+    return PendingWorkload(key, cq, pod_sets, priority, LATEST)
+
+
+def _may_preempt_any(
+    cq: ClusterQueueView, priority: int, holders: Sequence[ReservingWorkload]
+) -> bool:
+    """Whether a workload of ``priority`` could preempt anything among ``holders`` of ``cq``
+    (a copy is newer than every holder, so only lower priorities can be victims)."""
+    return cq.policy.preempts and any(h.priority < priority for h in holders)
 
 
 def _shape(pod_sets: Sequence[PodSetView]) -> tuple[Any, ...] | None:
@@ -249,7 +365,7 @@ def _fit_uncached(
         )
     available: Mapping[FlavorResource, int]
     if any(other.key == request.key for other in cluster.in_flight):
-        available, queued = _replay_in_flight(cluster, cq, exclude=request.key)
+        available, queued, _ = _replay_in_flight(cluster, cq, exclude=request.key)
     else:
         available, queued = base.after_in_flight, base.queued_in_flight
     if count_pending:
@@ -284,6 +400,9 @@ class _BaseQuota:
     ceiling: Mapping[FlavorResource, int]
     after_in_flight: Mapping[FlavorResource, int]
     queued_in_flight: int
+    holders_after_in_flight: tuple[ReservingWorkload, ...] = ()
+    """The holders once the in-flight workloads are placed: those they would preempt gone,
+    the in-flight workloads that reserve added."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,6 +411,7 @@ class _ReplaySeed:
     """How many of the snapshot's in-flight workloads the seed already placed."""
     available: Mapping[FlavorResource, int]
     queued: int
+    holders: tuple[ReservingWorkload, ...] = ()
 
 
 def continue_replay(snapshot: ClusterSnapshot, previous: ClusterSnapshot) -> bool:
@@ -310,8 +430,10 @@ def continue_replay(snapshot: ClusterSnapshot, previous: ClusterSnapshot) -> boo
         or any(a is not b for a, b in zip(old, new, strict=False))
     ):
         return False
+    if snapshot.holders != previous.holders:
+        return False
     snapshot.derived["replay-seed"] = _ReplaySeed(
-        len(old), base.after_in_flight, base.queued_in_flight
+        len(old), base.after_in_flight, base.queued_in_flight, base.holders_after_in_flight
     )
     return True
 
@@ -324,15 +446,17 @@ def _base_quota(cluster: ClusterSnapshot, cq: ClusterQueueView) -> _BaseQuota:
     seed = cluster.derived.pop("replay-seed", None)
     if isinstance(seed, _ReplaySeed):
         available = dict(seed.available)
+        holders = list(seed.holders)
         queued = seed.queued + _replay(
-            cluster, cq, available, cluster.in_flight[seed.replayed :], None
+            cluster, cq, available, cluster.in_flight[seed.replayed :], None, holders
         )
     else:
-        available, queued = _replay_in_flight(cluster, cq, exclude=None)
+        available, queued, holders = _replay_in_flight(cluster, cq, exclude=None)
     base = _BaseQuota(
         ceiling=frozen_map(capacity_ceiling(cq, cluster.cohort_limit)),
         after_in_flight=frozen_map(available),
         queued_in_flight=queued,
+        holders_after_in_flight=tuple(holders),
     )
     cluster.derived["base-quota"] = base
     return base
@@ -340,10 +464,12 @@ def _base_quota(cluster: ClusterSnapshot, cq: ClusterQueueView) -> _BaseQuota:
 
 def _replay_in_flight(
     cluster: ClusterSnapshot, cq: ClusterQueueView, exclude: str | None
-) -> tuple[dict[FlavorResource, int], int]:
-    """Quota left after placing the in-flight workloads in order, and how many stay queued."""
+) -> tuple[dict[FlavorResource, int], int, list[ReservingWorkload]]:
+    """Quota left after placing the in-flight workloads in order, how many stay queued, and
+    the holders then."""
     available = available_now(cq, cluster.cohort_room)
-    return available, _replay(cluster, cq, available, cluster.in_flight, exclude)
+    holders = list(cluster.holders)
+    return available, _replay(cluster, cq, available, cluster.in_flight, exclude, holders), holders
 
 
 def _replay(
@@ -352,18 +478,61 @@ def _replay(
     available: dict[FlavorResource, int],
     workloads: Sequence[QueuedWorkload],
     exclude: str | None,
+    holders: list[ReservingWorkload],
 ) -> int:
-    """Place ``workloads`` in order into ``available`` (consumed); how many stay queued."""
+    """Place ``workloads`` in order into ``available`` (consumed); how many stay queued.
+
+    One that fits becomes a holder. One that does not fit but may preempt (the queue's policy,
+    a holder of lower priority) claims its victims as Kueue would: they leave ``holders``, their
+    quota is its, and it is not counted as queued; so the next decision does not count on the
+    same victims (least disruption never plans two preemptions of one workload)."""
     queued = 0
+    preempts = cq.policy.preempts
+    floor = min((h.priority for h in holders), default=None) if preempts else None
     for other in workloads:
         if other.key == exclude:
             continue
         placed = assign_flavors(other.pod_sets, cq, cluster.flavors, available)
         if placed.fits:
             _consume(available, placed.usage)
-        else:
-            queued += 1
+            holders.append(_in_flight_holder(other, cq.name, placed.usage))
+            if preempts:
+                floor = other.priority if floor is None else min(floor, other.priority)
+            continue
+        if floor is not None and floor < other.priority:
+            plan = evaluate_available(
+                _preemptor(other.key, cq.name, other.pod_sets, other.priority),
+                cq,
+                cluster.flavors,
+                available,
+                holders,
+            )
+            if plan.mode == "preempt":
+                gone = {v.key for v in plan.victims}
+                holders[:] = [h for h in holders if h.key not in gone]
+                for victim in plan.victims:
+                    _consume(available, {fr: -amount for fr, amount in victim.usage.items()})
+                _consume(available, plan.usage)
+                holders.append(_in_flight_holder(other, cq.name, plan.usage))
+                floor = min((h.priority for h in holders), default=None)
+                continue
+        queued += 1
     return queued
+
+
+def _in_flight_holder(
+    workload: QueuedWorkload, cq: str, usage: Mapping[FlavorResource, int]
+) -> ReservingWorkload:
+    """An in-flight workload once reserved: the newest holder, not admitted yet."""
+    return ReservingWorkload(
+        workload.key,
+        cq,
+        frozen_map(usage),
+        workload.priority,
+        reserved_at=LATEST,
+        queued_at=LATEST,
+        admitted=False,
+    )
 
 
 def _consume(available: dict[FlavorResource, int], usage: Mapping[FlavorResource, int]) -> None:

@@ -8,9 +8,10 @@ reads a few fields. Each function here is applied to every object before it ente
 
 - worker Workloads: what :class:`~dispatcher.controller.snapshots.WorkerIndex` reads of a
   Workload in its state (a finished one: its origin label and conditions; one holding quota:
-  also its queue and ``status.admission``'s flavors and usage; a pending one: also its
-  priority, ``active``, creation time and the pod sets' counts, requests and placement
-  constraints), which covers the controller's ``_copies`` / ``_holding_copy`` / ``_leftover``
+  also its queue, priority, creation time and ``status.admission``'s flavors and usage, which
+  least-disruption placement weighs as a possible preemption victim; a pending one: also
+  ``active`` and the pod sets' counts, requests and placement constraints), which covers the
+  controller's ``_copies`` / ``_holding_copy`` / ``_leftover``
   (the origin label, the ``Admitted`` and ``QuotaReserved`` conditions' status and transition
   time); the few strings every record repeats (namespaces, queue, flavor and resource names,
   condition types) are interned;
@@ -175,7 +176,7 @@ def _pod_set(value: Any) -> Any:
 
 def _workload_spec(value: Any, pending: bool) -> Any:
     if not pending:
-        return _interned(_pick(value, "queueName"))
+        return _interned(_pick(value, "queueName", "priority"))
     out = _interned(_pick(value, "queueName", "priority", "active"))
     if isinstance(value, Mapping) and "podSets" in value:
         pod_sets = value["podSets"]
@@ -211,7 +212,7 @@ def _interned(value: Any) -> Any:
     }
 
 
-WORKLOAD_CONDITIONS = frozenset({"QuotaReserved", "Admitted", "Finished"})
+WORKLOAD_CONDITIONS = frozenset({"QuotaReserved", "Admitted", "Finished", "Evicted"})
 """The only conditions read of a worker Workload."""
 
 
@@ -255,9 +256,9 @@ def _workload_status(value: Any, state: str) -> Any:
 def worker_workload(obj: Obj) -> Obj:
     """A worker Workload as the index and the controller read it, in its state: a finished one
     keeps its origin label and the conditions read (``QuotaReserved``, ``Admitted``,
-    ``Finished``: the controller's readers of copies), one holding quota its queue and
-    ``status.admission`` too, a pending one its priority, ``active``, creation time and pod sets
-    (requests and placement constraints) too. Neither ``apiVersion``, ``kind``, ``uid`` nor any
+    ``Finished``, ``Evicted``), one holding quota its queue, priority, creation time and
+    ``status.admission`` too, a pending one ``active`` and its pod sets (requests and placement
+    constraints) too. Neither ``apiVersion``, ``kind``, ``uid`` nor any
     other label is kept."""
     state = _state(obj)
     out: Obj = {}
@@ -273,7 +274,7 @@ def worker_workload(obj: Obj) -> Obj:
                     kept["labels"] = _interned(_pick(labels, ORIGIN_LABEL))
             elif "labels" in meta:
                 kept["labels"] = labels
-            if state == "pending" and "creationTimestamp" in meta:
+            if state != "finished" and "creationTimestamp" in meta:
                 kept["creationTimestamp"] = meta["creationTimestamp"]
         out["metadata"] = kept
     if state != "finished" and "spec" in obj:
@@ -297,7 +298,9 @@ def worker_cluster_queue(obj: Obj) -> Obj:
     return _slim(
         obj,
         (),
-        spec=lambda spec: _pick(spec, "resourceGroups", "cohortName", "stopPolicy"),
+        spec=lambda spec: _pick(
+            spec, "resourceGroups", "cohortName", "stopPolicy", "queueingStrategy", "preemption"
+        ),
         status=_cluster_queue_status,
     )
 

@@ -47,7 +47,7 @@ from dispatcher.algorithms.model import (
     DispatchRequest,
     RejectionReason,
 )
-from dispatcher.algorithms.stages import HINTS_STAGE
+from dispatcher.algorithms.stages import DISRUPTION_SCORER, HINTS_STAGE
 from dispatcher.clusters.registry import Candidate, ClusterRegistry
 from dispatcher.controller.config import ControllerConfig
 from dispatcher.controller.events import EventRecorder
@@ -179,6 +179,9 @@ def summarize(decision: Decision, limit: int = 6) -> str:
             # The placement hints that ranked it, by name (the ``hints`` score's detail).
             hints = next((c.detail for c in verdict.scores if c.scorer == HINTS_STAGE), "")
             fit = f"{fit}; {hints}" if hints else fit
+            # What admitting it there would preempt (least disruption's detail).
+            cost = next((c.detail for c in verdict.scores if c.scorer == DISRUPTION_SCORER), "")
+            fit = f"{fit}; {cost}" if cost and not verdict.fits_now else fit
             parts.append(f"{verdict.cluster}: rank {verdict.rank} ({fit})")
         else:
             parts.append(f"{verdict.cluster}: {verdict.dropped_by}: {verdict.reason}")

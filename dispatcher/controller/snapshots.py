@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import dataclasses
+import datetime
 import functools
 import itertools
 from collections.abc import Iterable, Iterator, Mapping
@@ -26,8 +27,9 @@ from dispatcher.clusters.mirror import Mirror
 from dispatcher.clusters.registry import Candidate
 from dispatcher.clusters.slim import ORIGIN_LABEL
 from dispatcher.controller.inflight import InFlight
+from dispatcher.controller.records import parse_time
 from dispatcher.k8s.watching import Key, Listed, Listener, Obj, ObjectCache, ObjectEvent, key_text
-from dispatcher.kueue.admission import admission_usage
+from dispatcher.kueue.admission import EPOCH, ReservingWorkload, admission_usage
 from dispatcher.kueue.objects import (
     ClusterQueueView,
     FlavorResource,
@@ -104,6 +106,9 @@ class _Entry:
     reserved_key: bool = False
     usage: tuple[str, Mapping[FlavorResource, int]] | None = None
     """(ClusterQueue, quota held) of one holding quota."""
+    holder: ReservingWorkload | None = None
+    """One holding quota as a possible preemption victim (``None`` when its priority cannot be
+    read: it is then never taken for a victim)."""
     pending: tuple[str, _OrderKey, QueuedWorkload] | None = None
     """(ClusterQueue, order, workload) of one waiting in a ClusterQueue."""
     error: str | None = None
@@ -203,6 +208,8 @@ class WorkerIndex:
         self._cq_views: tuple[ClusterQueueView, ...] | None = None
         self._entries: dict[Key, _Entry] = {}
         self._by_queue: dict[tuple[str, str], set[Key]] = {}
+        self._holders: dict[str, dict[str, ReservingWorkload]] = {}
+        self._holder_tuples: dict[str, tuple[ReservingWorkload, ...]] = {}
         self._reserved: dict[str, dict[FlavorResource, list[int]]] = {}
         """Quota held per ClusterQueue: (flavor, resource) -> [amount, workloads counted]."""
         self._errors: dict[str, dict[Key, str]] = {resource: {} for resource in RESOURCES}
@@ -297,6 +304,15 @@ class WorkerIndex:
                 for _, view in sorted(self._cqs.items())
             )
         return self._cq_views
+
+    def holders(self, cq: str) -> tuple[ReservingWorkload, ...]:
+        """The Workloads holding quota in ClusterQueue ``cq`` (copies of ours or not), by key:
+        the possible victims of a preemption there (the tuple is made once per change)."""
+        found = self._holder_tuples.get(cq)
+        if found is None:
+            by_key = self._holders.get(cq, {})
+            found = self._holder_tuples[cq] = tuple(by_key[k] for k in sorted(by_key))
+        return found
 
     def _reserved_in(self, cq: str) -> Mapping[FlavorResource, int]:
         totals = self._reserved.get(cq, {})
@@ -428,7 +444,10 @@ class WorkerIndex:
                 return dataclasses.replace(
                     entry, reserved_key=ours, error=f"Workload {key}: status.admission: {error}"
                 )
-            return dataclasses.replace(entry, reserved_key=ours, usage=(cq, usage))
+            holder, problem = _holder(key, cq, usage, meta, spec, status)
+            return dataclasses.replace(
+                entry, reserved_key=ours, usage=(cq, usage), holder=holder, error=problem
+            )
         if queue is None or spec.get("active", True) is False:
             return entry
         try:
@@ -469,6 +488,9 @@ class WorkerIndex:
                 held[0] += amount
                 held[1] += 1
             self._cq_views = None
+        if entry.holder is not None:
+            self._holders.setdefault(entry.holder.cluster_queue, {})[name] = entry.holder
+            self._holder_tuples.pop(entry.holder.cluster_queue, None)
         if entry.pending is not None:
             self._pending.add(*entry.pending)
         if entry.error is not None:
@@ -499,11 +521,55 @@ class WorkerIndex:
             if not totals:
                 del self._reserved[cq]
             self._cq_views = None
+        if entry.holder is not None:
+            holding = entry.holder.cluster_queue
+            in_queue = self._holders[holding]
+            del in_queue[name]
+            if not in_queue:
+                del self._holders[holding]
+            self._holder_tuples.pop(holding, None)
         if entry.pending is not None:
             cq, order, _ = entry.pending
             self._pending.remove(cq, order)
         if entry.error is not None:
             self._errors["workloads"].pop(key, None)
+
+
+def _moment(value: object) -> datetime.datetime:
+    seconds = parse_time(value if isinstance(value, str) else None)
+    return EPOCH if seconds is None else datetime.datetime.fromtimestamp(seconds, datetime.UTC)
+
+
+def _holder(
+    key: str,
+    cq: str,
+    usage: Mapping[FlavorResource, int],
+    meta: Mapping[str, Any],
+    spec: Mapping[str, Any],
+    status: Mapping[str, Any],
+) -> tuple[ReservingWorkload | None, str | None]:
+    """A Workload holding quota as a possible victim, or why it cannot be one."""
+    try:
+        priority = int(spec.get("priority") or 0)
+    except (ValueError, TypeError) as error:
+        return None, f"Workload {key}: spec.priority: {error}"
+    conditions = {
+        str(c.get("type")): c for c in status.get("conditions") or [] if isinstance(c, Mapping)
+    }
+    reserved = conditions.get("QuotaReserved") or {}
+    return (
+        ReservingWorkload(
+            key=key,
+            cluster_queue=cq,
+            usage=usage,
+            priority=priority,
+            reserved_at=_moment(reserved.get("lastTransitionTime")),
+            queued_at=_moment(meta.get("creationTimestamp")),
+            admitted=(conditions.get("Admitted") or {}).get("status") == "True",
+            evicting=(conditions.get("Evicted") or {}).get("status") == "True",
+        ),
+        None,
+    )
 
 
 def _queue_of(index: WorkerIndex, namespace: str, queue_name: str) -> str | None:
@@ -559,6 +625,7 @@ def build_snapshot(
         labels=candidate.labels,
         pending=pending,
         in_flight=flying,
+        holders=index.holders(cq) if cq is not None else (),
         label_key=label_key,
         resource_pattern=resource_pattern,
         taints=candidate.taints,

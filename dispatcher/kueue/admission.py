@@ -48,17 +48,21 @@ Every type here is an immutable dataclass and nothing performs I/O.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from dispatcher.kueue.flavorfit import assign_flavors
 from dispatcher.kueue.objects import (
+    LOWER_OR_NEWER_EQUAL_PRIORITY,
+    LOWER_PRIORITY,
     ClusterQueueView,
     FlavorResource,
     PodSetView,
+    QueuePolicy,
     ResourceFlavorView,
     frozen_map,
+    parse_queue_policy,
 )
 from dispatcher.kueue.quantities import MILLI, format_quantity, parse_quantity
 
@@ -74,7 +78,9 @@ __all__ = [
     "admission_usage",
     "candidates_order",
     "evaluate",
+    "evaluate_available",
     "format_resource_quantity",
+    "minimal_victims",
     "parse_cohort_quotas",
     "parse_queue_policy",
     "plan_admissions",
@@ -82,56 +88,15 @@ __all__ = [
 ]
 
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+
+DEFAULT_POLICY = QueuePolicy()
+"""A ClusterQueue's policy with every field at its CRD default."""
 """Default timestamp: sorts before every real one."""
 
 Mode = Literal["fit", "preempt", "wait", "never"]
 """Outcome of :func:`evaluate`: reserve now; reserve after preempting; not now; not ever."""
 
-BEST_EFFORT_FIFO = "BestEffortFIFO"
-STRICT_FIFO = "StrictFIFO"
-NEVER = "Never"
-LOWER_PRIORITY = "LowerPriority"
-LOWER_OR_NEWER_EQUAL_PRIORITY = "LowerOrNewerEqualPriority"
-
-
 # --- inputs -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class QueuePolicy:
-    """The scheduling knobs of a ClusterQueue spec the model honours (CRD defaults)."""
-
-    queueing_strategy: str = BEST_EFFORT_FIFO
-    """``spec.queueingStrategy``: ``BestEffortFIFO`` or ``StrictFIFO``."""
-    within_cluster_queue: str = NEVER
-    """``spec.preemption.withinClusterQueue``: ``Never``, ``LowerPriority`` or
-    ``LowerOrNewerEqualPriority``."""
-    borrow_within_cohort: str = NEVER
-    """``spec.preemption.borrowWithinCohort.policy``: ``Never`` (also when unset) or
-    ``LowerPriority``; anything but ``Never`` lets a preemptor that needs to borrow preempt."""
-
-    @property
-    def strict(self) -> bool:
-        """Whether the first workload not admitted blocks the ones behind it."""
-        return self.queueing_strategy == STRICT_FIFO
-
-    @property
-    def preempts_while_borrowing(self) -> bool:
-        """Kueue's ``canPreemptWhileBorrowing`` (without fair sharing): ``borrowWithinCohort``
-        is set to a policy other than ``Never``."""
-        return self.borrow_within_cohort != NEVER
-
-
-def parse_queue_policy(raw: Mapping[str, Any]) -> QueuePolicy:
-    """Read :class:`QueuePolicy` from a raw ClusterQueue dict (v1beta2)."""
-    spec = raw.get("spec") or {}
-    preemption = spec.get("preemption") or {}
-    borrow = preemption.get("borrowWithinCohort") or {}
-    return QueuePolicy(
-        queueing_strategy=str(spec.get("queueingStrategy") or BEST_EFFORT_FIFO),
-        within_cluster_queue=str(preemption.get("withinClusterQueue") or NEVER),
-        borrow_within_cohort=str(borrow.get("policy") or NEVER),
-    )
 
 
 def parse_cohort_quotas(raw: Mapping[str, Any]) -> Mapping[FlavorResource, int]:
@@ -430,7 +395,7 @@ def evaluate(
     workload: PendingWorkload,
     snapshot: QuotaSnapshot,
     flavors: Mapping[str, ResourceFlavorView],
-    policy: QueuePolicy = QueuePolicy(),
+    policy: QueuePolicy = DEFAULT_POLICY,
     reserving: Sequence[ReservingWorkload] = (),
 ) -> Evaluation:
     """Decide whether ``workload`` fits its ClusterQueue now, by preempting, later, or never.
@@ -470,22 +435,15 @@ def evaluate(
     if not target.fits:
         return waiting
     short = {fr for fr, amount in target.usage.items() if snapshot.available(cq_name, fr) < amount}
-    ordered = candidates_order(c for c in candidates if any(c.usage.get(fr, 0) > 0 for fr in short))
-    victims: list[ReservingWorkload] = []
-    trial = snapshot
-    for c in ordered:
-        trial = trial.with_usage(c.cluster_queue, c.usage, -1)
-        victims.append(c)
-        if trial.fits(cq_name, target.usage):
-            break
-    else:
+    found = minimal_victims(
+        [c for c in candidates if any(c.usage.get(fr, 0) > 0 for fr in short)],
+        snapshot,
+        lambda state, victim, sign: state.with_usage(victim.cluster_queue, victim.usage, -sign),
+        lambda state: state.fits(cq_name, target.usage),
+    )
+    if found is None:
         return waiting
-    # fillBackWorkloads: in reverse order, keep a victim out of the set when it is not needed.
-    for index in range(len(victims) - 2, -1, -1):
-        back = trial.with_usage(victims[index].cluster_queue, victims[index].usage, +1)
-        if back.fits(cq_name, target.usage):
-            trial = back
-            del victims[index]
+    victims, trial = found
     return Evaluation(
         key,
         cq_name,
@@ -496,6 +454,111 @@ def evaluate(
         borrowing=_borrowing(trial, cq_name, target.usage),
         victims=tuple(victims),
     )
+
+
+State = TypeVar("State")
+
+
+def minimal_victims(
+    candidates: Iterable[ReservingWorkload],
+    start: State,
+    release: Callable[[State, ReservingWorkload, int], State],
+    fits: Callable[[State], bool],
+) -> tuple[list[ReservingWorkload], State] | None:
+    """Kueue's ``minimalPreemptions``: the fewest candidates, in its victim order, to release
+    for the preemptor to fit, or ``None`` when releasing them all is not enough.
+
+    ``release(state, victim, +1)`` is the quota state with the victim's usage released (``-1``
+    takes it back); ``fits(state)`` says whether the preemptor fits it. Candidates are taken in
+    :func:`candidates_order` until it fits, then, in reverse order, every one not needed is put
+    back (``fillBackWorkloads``). Returns the victims and the state they leave.
+    """
+    victims: list[ReservingWorkload] = []
+    trial = start
+    for c in candidates_order(candidates):
+        trial = release(trial, c, +1)
+        victims.append(c)
+        if fits(trial):
+            break
+    else:
+        return None
+    for index in range(len(victims) - 2, -1, -1):
+        back = release(trial, victims[index], -1)
+        if fits(back):
+            trial = back
+            del victims[index]
+    return victims, trial
+
+
+def evaluate_available(
+    workload: PendingWorkload,
+    cluster_queue: ClusterQueueView,
+    flavors: Mapping[str, ResourceFlavorView],
+    available: Mapping[FlavorResource, int],
+    reserving: Sequence[ReservingWorkload] = (),
+) -> Evaluation:
+    """:func:`evaluate` for one ClusterQueue seen from outside: what it can reserve now
+    (``available``, per ``(flavor, resource)``: its free quota plus what its cohort would lend)
+    and the workloads holding quota in it, under its own :attr:`ClusterQueueView.policy`.
+
+    The dispatcher sees each worker's ClusterQueue this way. Releasing a victim makes its
+    usage available again to the preemptor, which is exact for a queue without a cohort and,
+    in a cohort, unless a ``borrowingLimit`` caps what the queue gets back. Without
+    ``borrowWithinCohort`` preemption reaches only up to the nominal quota, as in
+    :func:`evaluate` (C72). Returns ``fit``, ``preempt`` (with the minimal victims) or ``wait``;
+    whether it can ever fit is the caller's to know. Never ``never``.
+    """
+    key, cq_name, policy = workload.key, cluster_queue.name, cluster_queue.policy
+    now = assign_flavors(workload.pod_sets, cluster_queue, flavors, available)
+    if now.fits:
+        return Evaluation(key, cq_name, "fit", flavors=now.flavors, usage=now.usage)
+    waiting = Evaluation(key, cq_name, "wait", f"couldn't assign flavors to {now.reason}")
+    candidates = [
+        c for c in reserving if c.cluster_queue == cq_name and _may_preempt(policy, workload, c)
+    ]
+    if not candidates:
+        return waiting
+    after = _add(available, _total_usage(candidates), +1)
+    if not policy.preempts_while_borrowing:
+        after = {
+            fr: max(available.get(fr, 0), min(amount, _nominal(cluster_queue, fr)))
+            for fr, amount in after.items()
+        }
+    target = assign_flavors(workload.pod_sets, cluster_queue, flavors, after)
+    if not target.fits:
+        return waiting
+    short = {fr for fr, amount in target.usage.items() if available.get(fr, 0) < amount}
+    found = minimal_victims(
+        [c for c in candidates if any(c.usage.get(fr, 0) > 0 for fr in short)],
+        available,
+        lambda state, victim, sign: _add(state, victim.usage, sign),
+        lambda state: all(amount <= state.get(fr, 0) for fr, amount in target.usage.items()),
+    )
+    if found is None:
+        return waiting
+    victims, _ = found
+    return Evaluation(
+        key,
+        cq_name,
+        "preempt",
+        f"Pending the preemption of {len(victims)} workload(s)",
+        flavors=target.flavors,
+        usage=target.usage,
+        victims=tuple(victims),
+    )
+
+
+def _total_usage(workloads: Iterable[ReservingWorkload]) -> Mapping[FlavorResource, int]:
+    out: dict[FlavorResource, int] = {}
+    for wl in workloads:
+        for fr, amount in wl.usage.items():
+            out[fr] = out.get(fr, 0) + amount
+    return out
+
+
+def _nominal(cluster_queue: ClusterQueueView, fr: FlavorResource) -> int:
+    quota = cluster_queue.quota(fr[0], fr[1])
+    return quota.nominal if quota is not None else 0
 
 
 # --- a scheduling cycle -----------------------------------------------------------------------

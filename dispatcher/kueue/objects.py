@@ -31,6 +31,7 @@ __all__ = [
     "LocalQueueView",
     "NodeSelectorRequirement",
     "PodSetView",
+    "QueuePolicy",
     "ResourceFlavorView",
     "ResourceGroup",
     "ResourceQuota",
@@ -41,6 +42,7 @@ __all__ = [
     "parse_cluster_queue",
     "parse_local_queue",
     "parse_pod_set",
+    "parse_queue_policy",
     "parse_resource_flavor",
     "parse_workload",
     "pod_requests",
@@ -402,6 +404,55 @@ class ResourceGroup:
     flavors: tuple[FlavorQuotas, ...]
 
 
+BEST_EFFORT_FIFO = "BestEffortFIFO"
+STRICT_FIFO = "StrictFIFO"
+NEVER = "Never"
+LOWER_PRIORITY = "LowerPriority"
+LOWER_OR_NEWER_EQUAL_PRIORITY = "LowerOrNewerEqualPriority"
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePolicy:
+    """The scheduling knobs of a ClusterQueue spec the admission model honours (CRD defaults)."""
+
+    queueing_strategy: str = BEST_EFFORT_FIFO
+    """``spec.queueingStrategy``: ``BestEffortFIFO`` or ``StrictFIFO``."""
+    within_cluster_queue: str = NEVER
+    """``spec.preemption.withinClusterQueue``: ``Never``, ``LowerPriority`` or
+    ``LowerOrNewerEqualPriority``."""
+    borrow_within_cohort: str = NEVER
+    """``spec.preemption.borrowWithinCohort.policy``: ``Never`` (also when unset) or
+    ``LowerPriority``; anything but ``Never`` lets a preemptor that needs to borrow preempt."""
+
+    @property
+    def strict(self) -> bool:
+        """Whether the first workload not admitted blocks the ones behind it."""
+        return self.queueing_strategy == STRICT_FIFO
+
+    @property
+    def preempts_while_borrowing(self) -> bool:
+        """Kueue's ``canPreemptWhileBorrowing`` (without fair sharing): ``borrowWithinCohort``
+        is set to a policy other than ``Never``."""
+        return self.borrow_within_cohort != NEVER
+
+    @property
+    def preempts(self) -> bool:
+        """Whether the queue's own workloads can ever be preempted for another of its own."""
+        return self.within_cluster_queue != NEVER
+
+
+def parse_queue_policy(raw: Mapping[str, Any]) -> QueuePolicy:
+    """Read :class:`QueuePolicy` from a raw ClusterQueue dict (v1beta2)."""
+    spec = _dict(raw.get("spec"))
+    preemption = _dict(spec.get("preemption"))
+    borrow = _dict(preemption.get("borrowWithinCohort"))
+    return QueuePolicy(
+        queueing_strategy=str(spec.get("queueingStrategy") or BEST_EFFORT_FIFO),
+        within_cluster_queue=str(preemption.get("withinClusterQueue") or NEVER),
+        borrow_within_cohort=str(borrow.get("policy") or NEVER),
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterQueueView:
     """A ClusterQueue's quotas and current accounting."""
@@ -416,6 +467,9 @@ class ClusterQueueView:
     pending_workloads: int = 0
     active: bool = True
     """``Active`` condition true (or absent) and no ``stopPolicy`` set."""
+    policy: QueuePolicy = QueuePolicy()
+    """Its queueing strategy and preemption policy (``spec.queueingStrategy``,
+    ``spec.preemption``)."""
 
     def quota(self, flavor: str, resource: str) -> ResourceQuota | None:
         """The quota entry for ``(flavor, resource)``, if the queue defines one."""
@@ -483,6 +537,7 @@ def parse_cluster_queue(raw: Mapping[str, Any]) -> ClusterQueueView:
         usage=_flavor_totals(status.get("flavorsUsage"), "total"),
         pending_workloads=int(status.get("pendingWorkloads") or 0),
         active=(active_cond is None or active_cond.status == "True") and stop in (None, "None"),
+        policy=parse_queue_policy(raw),
     )
 
 

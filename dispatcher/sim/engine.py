@@ -466,7 +466,8 @@ class _Kueue:
         self.version += 1
         return gone
 
-    def _holders(self) -> list[ReservingWorkload]:
+    def holders(self) -> list[ReservingWorkload]:
+        """The entries holding quota, as possible preemption victims."""
         return [
             ReservingWorkload(
                 key=e.wl.key,
@@ -548,7 +549,7 @@ class _Kueue:
         waiting = self._waiting()
         if not waiting:
             return [], [], False
-        holders = self._holders()
+        holders = self.holders()
         candidates = self._candidates(waiting, holders)
         by_key = {e.wl.key: e for e in candidates}
         plan = plan_admissions(
@@ -897,6 +898,7 @@ class Simulation:
             taints=model.taints,
             pending=pending,
             in_flight=in_flight,
+            holders=kueue.holders(),
         )
         self._snap_cache[cache_key] = (stamp, snap)
         return snap

@@ -29,6 +29,7 @@ def test_verdicts_name_the_filter_the_reason_and_the_score_components() -> None:
     assert {s.scorer: s.value for s in best.scores} == {
         "gpu-preference": 0.0,
         "fits-now": 1.0,
+        "least-disruption": 1.0,
         "backlog": 1.0,
         "most-free": 0.25,
         "queue-ahead": 1.0,
@@ -36,6 +37,9 @@ def test_verdicts_name_the_filter_the_reason_and_the_score_components() -> None:
     }
     assert full.fits_now is False
     assert "requested 2, available 0" in full.reason
+    # Full, and nothing there holds quota it may preempt: it can only wait.
+    disruption = next(s for s in full.scores if s.scorer == "least-disruption")
+    assert (disruption.value, disruption.detail) == (0.0, "nothing there may be preempted")
 
     text = describe_decision(decision)
     assert text.splitlines()[0].startswith("gpu-type-affinity+capacity-first: nominate h100-free")

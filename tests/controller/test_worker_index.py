@@ -92,7 +92,7 @@ def workload(
     **spec: Any,
 ) -> Obj:
     """A worker Workload as Kueue writes it; ``state`` is pending, reserved, admitted,
-    finished or inactive."""
+    evicting (admitted, ``Evicted=True`` and not released yet), finished or inactive."""
     requests = {"cpu": f"{4 * gpus}", "memory": f"{16 * gpus}Gi", GPU: str(gpus)}
     labels = {"kueue.x-k8s.io/queue-name": queue}
     if copy_of is not None:
@@ -188,7 +188,7 @@ def workload(
         },
     }
     conditions = []
-    if state in ("reserved", "admitted", "finished"):
+    if state in ("reserved", "admitted", "evicting", "finished"):
         conditions.append(_condition("QuotaReserved", "True", i + 2))
         obj["status"] = {
             "admission": {
@@ -210,8 +210,10 @@ def workload(
     else:
         conditions.append(_condition("QuotaReserved", "False", i + 2))
         obj["status"] = {}
-    if state in ("admitted", "finished"):
+    if state in ("admitted", "evicting", "finished"):
         conditions.append(_condition("Admitted", "True", i + 3))
+    if state == "evicting":
+        conditions.append(_condition("Evicted", "True", i + 4))
     if state == "finished":
         conditions.append(_condition("Finished", "True", i + 4))
     obj["status"]["conditions"] = conditions
@@ -334,6 +336,7 @@ def views(index: WorkerIndex) -> tuple[Any, ...]:
         dict(index.admitted),
         set(index.copies),
         index.errors,
+        {cq: index.holders(cq) for cq in ("cluster-queue", "second", "stopped")},
     )
 
 
@@ -437,6 +440,42 @@ def test_the_slim_records_give_what_the_whole_objects_give(objects: dict[str, li
                 for kind in ("Admitted", "QuotaReserved", "Finished"):
                     assert condition_status(record, kind) == condition_status(whole, kind)
                     assert _transition_time(record, kind) == _transition_time(whole, kind)
+
+
+def test_holders_are_the_possible_victims_with_what_least_disruption_weighs() -> None:
+    """Every unfinished Workload holding quota is a holder of its ClusterQueue, ours or not,
+    with its priority, since when it holds quota, whether it is admitted or being evicted; an
+    unreadable priority is an error naming the field, and its quota still counts."""
+    bad = workload("bad", state="admitted", i=9)
+    bad["spec"]["priority"] = "high"
+    mirror = mirror_of(
+        queues(
+            workloads=[
+                workload("pending", i=1),
+                workload("reserved", state="reserved", priority=10, i=2),
+                workload("admitted", state="admitted", priority=100, i=3, copy_of=None),
+                workload("leaving", state="evicting", priority=5, i=4),
+                workload("done", state="finished", i=5),
+                bad,
+            ]
+        ),
+        WORKER_RESOURCES,
+    )
+    index = built(mirror)
+    found = {
+        h.key: (h.priority, h.admitted, h.evicting, h.reserved_at.isoformat())
+        for h in index.holders("cluster-queue")
+    }
+    assert found == {
+        "team-a/reserved": (10, False, False, "2026-11-30T10:00:04+00:00"),
+        "team-a/admitted": (100, True, False, "2026-11-30T10:00:05+00:00"),
+        "team-a/leaving": (5, True, True, "2026-11-30T10:00:06+00:00"),
+    }
+    assert "Workload team-a/bad: spec.priority: invalid literal for int() with base 10: 'high'" in (
+        index.errors
+    )
+    gpus = dict(index.cluster_queues[0].reserved)[("a100", GPU)]
+    assert gpus == 4 * 2000  # four holders of 2 GPUs each, the bad one included
 
 
 def test_the_slim_workload_is_a_fraction_of_the_whole() -> None:
@@ -553,7 +592,7 @@ class World:
             name,
             namespace=namespace,
             state=rng.choice(
-                ["pending", "pending", "reserved", "admitted", "finished", "inactive"]
+                ["pending", "pending", "reserved", "admitted", "evicting", "finished", "inactive"]
             ),
             queue=rng.choice(["user-queue", "user-queue", "other-queue"]),
             priority=rng.choice([0, 0, 10, 100]),
