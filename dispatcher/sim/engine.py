@@ -190,6 +190,39 @@ class AlgorithmChoice:
     """The unplaceable-release policy is on (pipelines only; the name ends in ``@release``)."""
 
 
+VARIANT_MARK = "#"
+"""``a+b#name`` in ``--algorithms``: the pipeline ``a+b`` with the options given under the key
+``#name`` of ``--algorithm-options`` laid over the per-algorithm ones (a variant to compare with
+the pipeline itself in one run)."""
+
+
+def _variant_options(
+    names: Sequence[str],
+    options: Mapping[str, Mapping[str, Any]],
+    variant: str,
+    where: str,
+) -> dict[str, dict[str, Any]]:
+    """The options of each of ``names``: the algorithm's own, then the variant's over them."""
+    used = {n: dict(options[n]) for n in names if n in options}
+    if not variant:
+        return used
+    key = f"{VARIANT_MARK}{variant}"
+    extra = options.get(key)
+    if not isinstance(extra, Mapping):
+        raise ValueError(
+            f"--algorithms: {where}: --algorithm-options has no object under {key!r} "
+            '(e.g. {"' + key + '": {"capacity-first": {"preemption": "ignore"}}})'
+        )
+    for name, given in extra.items():
+        if name not in names or not isinstance(given, Mapping):
+            raise ValueError(
+                f"--algorithm-options: {key}.{name}: not an object of options of an algorithm "
+                f"of {where}"
+            )
+        used[name] = {**used.get(name, {}), **given}
+    return used
+
+
 def parse_algorithms(
     text: str, options: Mapping[str, Mapping[str, Any]] | None = None
 ) -> list[AlgorithmChoice]:
@@ -199,7 +232,9 @@ def parse_algorithms(
     anything else is a pipeline of algorithms as ``multikueue-dispatcher plugins`` lists them;
     the prefix ``plugin:`` forces a pipeline (``plugin:all-at-once`` runs the plugin re-creation
     of AllAtOnce through the dispatcher instead of Kueue's own). ``options`` maps algorithm names
-    to their options (for pipelines that use them).
+    to their options (for pipelines that use them), and ``#variant`` keys to options laid over
+    them for ``a+b#variant`` (:data:`VARIANT_MARK`). The suffix ``@release`` turns on the
+    unplaceable-release policy.
     """
     out = []
     opts = options or {}
@@ -207,28 +242,27 @@ def parse_algorithms(
         if not item:
             continue
         release = item.endswith(RELEASE_SUFFIX)
-        base = item.removesuffix(RELEASE_SUFFIX)
-        if release and base in (KUEUE_ALL_AT_ONCE, KUEUE_INCREMENTAL):
-            raise ValueError(
-                f"--algorithms: {item}: the unplaceable-release policy is the dispatcher's; "
-                f"Kueue's built-in {base} has none (plugin:{base}{RELEASE_SUFFIX} runs the "
-                "dispatcher's re-creation with it)"
-            )
-        if release:
-            forced = base.startswith("plugin:")
-            names = tuple(n.strip() for n in base.removeprefix("plugin:").split("+") if n.strip())
-            used = {n: dict(opts[n]) for n in names if n in opts}
-            label = ("plugin:" if forced else "") + "+".join(names) + RELEASE_SUFFIX
-            out.append(AlgorithmChoice(label, "pipeline", names, used, release=True))
+        item = item.removesuffix(RELEASE_SUFFIX)
+        base, _, variant = item.partition(VARIANT_MARK)
+        suffix = f"{VARIANT_MARK}{variant}" if variant else ""
+        if base in (KUEUE_ALL_AT_ONCE, KUEUE_INCREMENTAL):
+            if release:
+                raise ValueError(
+                    f"--algorithms: {item}{RELEASE_SUFFIX}: the unplaceable-release policy is the "
+                    "dispatcher's; "
+                    f"Kueue's built-in {base} has none (plugin:{base}{RELEASE_SUFFIX} runs the "
+                    "dispatcher's re-creation with it)"
+                )
+            if variant:
+                raise ValueError(f"--algorithms: {item}: Kueue's built-in {base} takes no options")
+            out.append(AlgorithmChoice(base, base))  # type: ignore[arg-type]
             continue
-        if item in (KUEUE_ALL_AT_ONCE, KUEUE_INCREMENTAL):
-            out.append(AlgorithmChoice(item, item))  # type: ignore[arg-type]
-            continue
-        forced = item.startswith("plugin:")
-        names = tuple(n.strip() for n in item.removeprefix("plugin:").split("+") if n.strip())
-        used = {n: dict(opts[n]) for n in names if n in opts}
+        forced = base.startswith("plugin:")
+        names = tuple(n.strip() for n in base.removeprefix("plugin:").split("+") if n.strip())
+        used = _variant_options(names, opts, variant, item)
         label = ("plugin:" if forced else "") + "+".join(names)
-        out.append(AlgorithmChoice(label, "pipeline", names, used))
+        label += suffix + (RELEASE_SUFFIX if release else "")
+        out.append(AlgorithmChoice(label, "pipeline", names, used, release=release))
     if not out:
         raise ValueError("no algorithm given")
     seen = [c.name for c in out]
@@ -251,6 +285,8 @@ class RunInterval:
     """Resource → milli-units."""
     gpu_type: str | None
     """The hardware GPU type it ran on (``None``: no GPU)."""
+    preempted: bool = False
+    """It ended because it was preempted (its running time is lost)."""
 
 
 @dataclass
@@ -778,7 +814,7 @@ class Simulation:
             if victim.wl.state == "finishing":
                 self._observe_finished(victim.wl, victim.wl.gen)
             else:
-                self._evict_on_manager(victim.wl, requeue_at=victim.wl.item.arrival)
+                self._evict_on_manager(victim.wl, requeue_at=victim.wl.item.arrival, preempted=True)
         for entry, usage in admitted:
             self.manager.reserve(entry, usage, self.now)
             wl = entry.wl
@@ -790,11 +826,11 @@ class Simulation:
         if preempting or victims:
             self._kick(self.manager, self.lat.manager_admission_s, "manager-cycle")
 
-    def _evict_on_manager(self, wl: _Workload, requeue_at: float) -> None:
+    def _evict_on_manager(self, wl: _Workload, requeue_at: float, preempted: bool = False) -> None:
         """Evicted on the manager (C37): copies deleted, nomination cleared, requeued."""
         self._progress()
         if wl.state == "running" and wl.winner is not None:
-            self._record_run(wl, wl.winner)
+            self._record_run(wl, wl.winner, preempted)
         for cluster in list(wl.copies):
             self._drop_copy(wl, cluster)
         self.in_flight.forget(wl.key)
@@ -1007,10 +1043,12 @@ class Simulation:
         self._progress()
         wl = victim.wl
         kueue = self.workers[cluster]
+        if wl.winner == cluster:
+            # Recorded while the copy still holds its usage.
+            self._record_run(wl, cluster, preempted=True)
         kueue.unreserve(wl.key)
         if wl.winner == cluster:
             # The running job is evicted on the worker: Retry, then eviction on the manager.
-            self._record_run(wl, cluster)
             wl.state = "evicting"
             self._at(self.now + self.lat.event_batch_s, "observe-evicted", wl, wl.gen)
 
@@ -1059,7 +1097,7 @@ class Simulation:
                 out |= model.hardware.get(flavor, frozenset())
         return out
 
-    def _record_run(self, wl: _Workload, cluster: str) -> None:
+    def _record_run(self, wl: _Workload, cluster: str, preempted: bool = False) -> None:
         entry = wl.copies.get(cluster)
         if entry is None or wl.run_start is None:
             return
@@ -1074,6 +1112,7 @@ class Simulation:
                 max(self.now, wl.run_start),
                 frozen_map(usage),
                 hardware[0] if hardware else None,
+                preempted,
             )
         )
         wl.run_start = None

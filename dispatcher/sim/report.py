@@ -125,6 +125,14 @@ def algorithm_metrics(result: SimResult, topology: SimTopology) -> dict[str, Any
         "copies_per_dispatch": _ratio(result.copies_created, result.dispatches),
         "wasted_reservations": result.wasted_reservations,
         "preemptions": result.preemptions,
+        "preemptions_per_1000": _r(1000 * result.preemptions / len(outcomes)) if outcomes else 0.0,
+        "gpu_hours_lost": _r(
+            sum(
+                i.usage.get(GPU_RESOURCE, 0) / 1000 * (i.end - i.start) / 3600
+                for i in result.intervals
+                if i.preempted
+            )
+        ),
         "preemptions_on_workers": result.preemptions_workers,
         "preemptions_by_losing_copies": result.preemptions_by_losers,
         "requeues": sum(o.requeues for o in outcomes),
@@ -351,6 +359,7 @@ COLUMNS = (
     ("tta_p99_s", "P99 s"),
     ("copies_per_admitted", "COPIES/ADM"),
     ("preemptions", "PREEMPT"),
+    ("gpu_hours_lost", "GPU-h LOST"),
     ("gpu_type_mismatches", "MISMATCH"),
     ("gpu_util", "GPU UTIL"),
     ("makespan_h", "MAKESPAN h"),
@@ -371,6 +380,7 @@ def _rows(document: Mapping[str, Any]) -> list[dict[str, str]]:
                 "tta_p99_s": f"{m['tta_p99_s']:.1f}",
                 "copies_per_admitted": f"{m['copies_per_admitted']:.2f}",
                 "preemptions": str(m["preemptions"]),
+                "gpu_hours_lost": f"{m['gpu_hours_lost']:.1f}",
                 "gpu_type_mismatches": str(m["gpu_type_mismatches"]),
                 "gpu_util": f"{m['utilization']['gpu']:.0%}",
                 "makespan_h": f"{m['makespan_s'] / 3600:.1f}",
@@ -492,7 +502,8 @@ def rich_table(document: Mapping[str, Any]) -> Any:
         f"{len(document['topology']['workers'])} workers"
     )
     for key, header in COLUMNS:
-        table.add_column(header, justify="left" if key == "algorithm" else "right")
+        name = key == "algorithm"  # never folded: a pipeline's name is what a reader looks for
+        table.add_column(header, justify="left" if name else "right", no_wrap=name)
     for row in _rows(document):
         table.add_row(*(row[k] for k, _ in COLUMNS))
     return table

@@ -111,6 +111,9 @@ class Backend(Protocol):
     def copies_ever(self, job: str) -> set[str]:
         """The workers on which a copy of ``job``'s Workload ever appeared."""
 
+    def preempted_on(self, job: str) -> set[str]:
+        """The workers whose Kueue ever evicted a copy of ``job``'s Workload to preempt it."""
+
     def nominations(self, job: str) -> list[tuple[str, ...]]:
         """Every distinct ``status.nominatedClusterNames`` of ``job``'s Workload, in order."""
 
@@ -215,6 +218,9 @@ class History:
     nominations: list[tuple[str, ...]] = field(default_factory=list)
     revisions: list[str] = field(default_factory=list)
     copies_on: set[str] = field(default_factory=set)
+    preempted_on: set[str] = field(default_factory=set)
+    """Workers whose Kueue evicted a copy of it for a preemption (the copy's own ``Evicted``
+    condition with reason ``Preempted``, as that worker wrote it)."""
 
 
 def owner_job(obj: Obj) -> str | None:
@@ -445,6 +451,11 @@ class KubeBackend:
                     history.revisions.append(rv)
             elif (obj["metadata"].get("labels") or {}).get(ORIGIN_LABEL):
                 history.copies_on.add(cluster)
+                evicted = condition(obj, "Evicted")
+                if evicted and evicted.get("status") == "True" and evicted.get("reason") == (
+                    "Preempted"
+                ):
+                    history.preempted_on.add(cluster)
         changed, self._changed = self._changed, anyio.Event()
         changed.set()
 
@@ -475,6 +486,10 @@ class KubeBackend:
     def copies_ever(self, job: str) -> set[str]:
         name = self._workload_name(job)
         return set(self.history[name].copies_on) if name in self.history else set()
+
+    def preempted_on(self, job: str) -> set[str]:
+        name = self._workload_name(job)
+        return set(self.history[name].preempted_on) if name in self.history else set()
 
     def nominations(self, job: str) -> list[tuple[str, ...]]:
         name = self._workload_name(job)
