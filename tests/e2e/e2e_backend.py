@@ -452,8 +452,10 @@ class KubeBackend:
             elif (obj["metadata"].get("labels") or {}).get(ORIGIN_LABEL):
                 history.copies_on.add(cluster)
                 evicted = condition(obj, "Evicted")
-                if evicted and evicted.get("status") == "True" and evicted.get("reason") == (
-                    "Preempted"
+                if (
+                    evicted
+                    and evicted.get("status") == "True"
+                    and evicted.get("reason") == ("Preempted")
                 ):
                     history.preempted_on.add(cluster)
         changed, self._changed = self._changed, anyio.Event()
