@@ -81,13 +81,19 @@ def request_from_workload(
         nominated_at=nominated_at,
         labels=view.labels,
         annotations=view.annotations,
+        max_execution_seconds=view.max_execution_seconds,
         hints=hints,
     )
 
 
 def queued_workload(request: DispatchRequest) -> QueuedWorkload:
     """The in-flight record for a request we nominate somewhere."""
-    return QueuedWorkload(key=request.key, priority=request.priority, pod_sets=request.pod_sets)
+    return QueuedWorkload(
+        key=request.key,
+        priority=request.priority,
+        pod_sets=request.pod_sets,
+        max_execution_seconds=request.max_execution_seconds,
+    )
 
 
 def snapshot_from_objects(
@@ -105,6 +111,7 @@ def snapshot_from_objects(
     pending: Iterable[QueuedWorkload] = (),
     in_flight: Iterable[QueuedWorkload] = (),
     holders: Iterable[ReservingWorkload] = (),
+    run_seconds: Iterable[float] = (),
     label_key: str = DEFAULT_GPU_LABEL,
     resource_pattern: str = DEFAULT_GPU_RESOURCE_PATTERN,
     taints: tuple[Taint, ...] = (),
@@ -114,7 +121,8 @@ def snapshot_from_objects(
 
     Follows LocalQueue → ClusterQueue (contract C69) and computes the cohort's lending room from
     the other ClusterQueues of the cohort. ``holders`` are the worker's Workloads holding quota
-    (any ClusterQueue: those of the workload's are kept).
+    (any ClusterQueue: those of the workload's are kept); ``run_seconds`` how long the
+    workloads of the workload's ClusterQueue ran.
     """
     cqs = {cq.name: cq for cq in cluster_queues}
     lq = next((q for q in local_queues if q.namespace == namespace and q.name == queue_name), None)
@@ -134,6 +142,7 @@ def snapshot_from_objects(
         pending=tuple(pending),
         in_flight=tuple(in_flight),
         holders=tuple(h for h in holders if cq is not None and h.cluster_queue == cq.name),
+        run_seconds=tuple(sorted(run_seconds)),
         gpu_types=cluster_gpu_types(
             flavor_map.values(),
             cluster_queue=cq,

@@ -19,6 +19,9 @@ Ranking, in tiers (see :mod:`dispatcher.algorithms.stages`):
    through every worker's client instead of queueing behind one.
 2. the capacity ``policy``: ``most-free`` (spread: most quota left after placement) or ``best-fit``
    (pack: least quota left);
+2b. ``predicted-start`` (with ``predicted_start``): where it must wait, the earliest predicted
+   start (:mod:`dispatcher.kueue.forecast`: the holders' expected ends from the run times the
+   mirror observed and their ``maximumExecutionTimeSeconds``, the queue ahead replayed);
 3. ``queue-ahead``: fewest workloads ahead of it (pending of at least its priority, plus in-flight
    ones that are still waiting);
 4. MultiKueueConfig order, then name.
@@ -54,6 +57,7 @@ from dispatcher.algorithms.stages import (
     TIER_CAPACITY,
     TIER_DISRUPTION,
     TIER_FEASIBILITY,
+    TIER_START,
     TIER_WAIT,
     Selection,
     StageContext,
@@ -70,6 +74,7 @@ __all__ = [
     "CapacityPolicyScorer",
     "FitsNowScorer",
     "LeastDisruptionScorer",
+    "PredictedStartScorer",
     "QueueAheadScorer",
     "QueueFilter",
     "build_capacity_first",
@@ -109,6 +114,13 @@ class CapacityFirstOptions(BaseModel):
         "lost) rather than one where it can only wait; `avoid` prefers a cluster where it waits "
         "without preempting; `ignore` does not look at preemption (and may widen to a second "
         "cluster that would preempt too).",
+    )
+    predicted_start: bool = Field(
+        True,
+        description="Where the workload must wait, rank the clusters by when it is predicted "
+        "to start (from the run times the dispatcher observed on each worker ClusterQueue and "
+        "the workloads' `maximumExecutionTimeSeconds`), earliest first, before the count of "
+        "workloads ahead.",
     )
     spread_backlog: int = Field(
         10,
@@ -262,6 +274,28 @@ class BacklogScorer:
 
 
 @dataclass(frozen=True, slots=True)
+class PredictedStartScorer:
+    """``1 / (1 + wait / 60)`` for the predicted wait in seconds (``1`` where it starts now),
+    ``0`` where the forecast is unknown; the detail gives the predicted wait."""
+
+    name: str = "predicted-start"
+    tier: int = TIER_START
+    weight: float = 1.0
+
+    def score(
+        self, request: DispatchRequest, cluster: ClusterSnapshot, ctx: StageContext
+    ) -> tuple[float, str]:
+        """Score how soon the workload would start here."""
+        at = ctx.predicted_start(cluster)
+        if at is None:
+            return 0.0, "no predicted start (quota held with no known end, or a long queue)"
+        wait = max(0.0, at - request.now)
+        if wait < 1.0:
+            return 1.0, ""
+        return 1.0 / (1.0 + wait / 60.0), f"predicted start in {wait:.0f}s"
+
+
+@dataclass(frozen=True, slots=True)
 class QueueAheadScorer:
     """``1 / (1 + workloads ahead)``: shorter expected wait scores higher."""
 
@@ -381,6 +415,7 @@ def build_capacity_first(options: CapacityFirstOptions) -> Stages:
             ),
             *((BacklogScorer(options.spread_backlog),) if options.spread_backlog > 0 else ()),
             CapacityPolicyScorer(options.policy),
+            *((PredictedStartScorer(),) if options.predicted_start else ()),
             QueueAheadScorer(),
         ),
         selector=CapacityFirstSelector(

@@ -71,6 +71,9 @@ class DispatchRequest:
     name is there and is not a copy of ours, with what holds the name (the same-name guard; the
     controller fills it from its mirrors). Every pipeline drops them, as it drops inactive
     clusters."""
+    max_execution_seconds: int | None = None
+    """``spec.maximumExecutionTimeSeconds`` of the Workload (from the Job's
+    ``kueue.x-k8s.io/max-exec-time-seconds`` label), if set: how long its copy may run."""
     hints: PlacementHints = NO_HINTS
     """The workload's placement hints (:mod:`dispatcher.kueue.hints`): every pipeline drops the
     clusters a required hint or an untolerated taint rules out (stage ``hints``) and ranks the
@@ -110,6 +113,8 @@ class QueuedWorkload:
     key: str
     priority: int = 0
     pod_sets: tuple[PodSetView, ...] = ()
+    max_execution_seconds: int | None = None
+    """``spec.maximumExecutionTimeSeconds`` (how long it may run once admitted), if set."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +143,9 @@ class ClusterSnapshot:
     holders: tuple[ReservingWorkload, ...] = ()
     """The workloads holding quota in that ClusterQueue (ours or not): what a preemption there
     could evict, with their priority and since when they hold it."""
+    run_seconds: tuple[float, ...] = ()
+    """How long workloads of that ClusterQueue ran (``Admitted`` to ``Finished``), the most
+    recent ones the mirror saw, sorted: the statistics a predicted start is made of."""
     gpu_types: frozenset[str] = frozenset()
     """GPU types the cluster offers (learned from flavors or overridden by labels)."""
     taints: tuple[Taint, ...] = ()
@@ -268,6 +276,10 @@ class Decision:
     """Non-empty when a filter of a fail-closed plugin failed: why. Such a decision must not
     be written (``nominate`` is empty and means nothing); the workload keeps whatever
     nomination it has until a later decision succeeds."""
+    predictions: Mapping[str, float] = field(default_factory=frozen_map)
+    """Predicted start per cluster (epoch seconds, the request's clock) where a stage computed
+    one (capacity-first's ``predicted-start``): now where the workload fits now or would
+    preempt, later where it must wait."""
 
     def verdict(self, cluster: str) -> Verdict:
         """The verdict for ``cluster`` (``KeyError`` if it was not a candidate)."""

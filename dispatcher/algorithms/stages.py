@@ -51,6 +51,8 @@ from dispatcher.kueue.admission import (
     evaluate_available,
 )
 from dispatcher.kueue.flavorfit import FitResult, assign_flavors, available_now, capacity_ceiling
+from dispatcher.kueue.forecast import MAX_AHEAD, Ahead, Running, expected_end, expected_run
+from dispatcher.kueue.forecast import predicted_start as forecast_start
 from dispatcher.kueue.hints import CLUSTER_TOLERATIONS, tolerated
 from dispatcher.kueue.objects import ClusterQueueView, FlavorResource, PodSetView, frozen_map
 
@@ -63,6 +65,7 @@ __all__ = [
     "TIER_DISRUPTION",
     "TIER_FEASIBILITY",
     "TIER_PREFERENCE",
+    "TIER_START",
     "TIER_WAIT",
     "ClusterFit",
     "Disruption",
@@ -93,6 +96,9 @@ TIER_PREFERENCE = 10
 """Tier of the workload's and the admin's preferences (GPU type, cost …)."""
 TIER_CAPACITY = 20
 """Tier of capacity policies (most free, best fit)."""
+TIER_START = 25
+"""Tier of the predicted start where the workload must wait (below the capacity policy, which
+ranks where it fits now, above the plain count of the queue ahead)."""
 TIER_WAIT = 30
 """Tier of expected-wait scores (queue ahead)."""
 
@@ -185,7 +191,16 @@ class StageContext:
         """Scratch space for stages that compute something once per decision."""
         self._fits: dict[str, ClusterFit] = {}
         self._disruptions: dict[str, Disruption] = {}
+        self.predictions: dict[str, float | None] = {}
+        """Predicted starts computed in this decision, by cluster (epoch seconds; ``None``:
+        unknown); the decision carries the known ones (:attr:`Decision.predictions`)."""
         self._shape: tuple[Any, ...] | None = _UNSET
+
+    def shape(self) -> tuple[Any, ...] | None:
+        """The request's pod-set shape (:func:`_shape`), computed once per decision."""
+        if self._shape is _UNSET:
+            self._shape = _shape(self.request.pod_sets)
+        return self._shape
 
     def has_fit(self, cluster: str) -> bool:
         """Whether the fit of ``cluster`` has been computed in this decision."""
@@ -210,8 +225,71 @@ class StageContext:
             cached = self._disruptions[cluster.name] = _disruption(self.request, cluster, self)
         return cached
 
+    def predicted_start(self, cluster: ClusterSnapshot) -> float | None:
+        """When the request would start on ``cluster`` (epoch seconds): now where it fits now
+        or would preempt, else the forecast of :mod:`dispatcher.kueue.forecast` (``None``:
+        unknown). Computed on first use, then cached in the decision (and, per pod-set shape
+        and priority, in the snapshot)."""
+        if cluster.name not in self.predictions:
+            self.predictions[cluster.name] = _predicted_start(self.request, cluster, self)
+        return self.predictions[cluster.name]
+
 
 _UNSET: Any = object()
+
+
+def _predicted_start(
+    request: DispatchRequest, cluster: ClusterSnapshot, ctx: StageContext
+) -> float | None:
+    fit = ctx.fit(cluster)
+    if fit.fits_now:
+        return request.now
+    cq = cluster.cluster_queue
+    if cq is None or not fit.fits_ever:
+        return None
+    if ctx.disruption(cluster).mode == "preempt":
+        return request.now
+    own = request.key in _in_flight_keys(cluster) or any(
+        p.key == request.key for p in cluster.pending
+    )
+    shape = ctx.shape()
+    forecasts: dict[tuple[Any, int], float | None] = cluster.derived.setdefault("forecasts", {})
+    key = (shape, request.priority)
+    if not own and shape is not None and key in forecasts:
+        known = forecasts[key]  # made at an earlier decision on this same snapshot
+        return None if known is None else max(request.now, known)
+    if request.key in _in_flight_keys(cluster):
+        available, _, holders = _replay_in_flight(cluster, cq, exclude=request.key)
+    else:
+        base = _base_quota(cluster, cq)
+        available, holders = dict(base.after_in_flight), list(base.holders_after_in_flight)
+    samples = cluster.run_seconds
+    placed = {h.key for h in holders}
+    running = [
+        Running(
+            h.usage,
+            expected_end(
+                request.now if h.reserved_at >= LATEST else h.reserved_at.timestamp(),
+                request.now,
+                samples,
+                h.max_execution_seconds,
+            ),
+        )
+        for h in holders
+        if h.key != request.key
+    ]
+    queued = [p for p in cluster.pending if p.priority >= request.priority and p.key != request.key]
+    queued += [w for w in cluster.in_flight if w.key not in placed and w.key != request.key]
+    if len(queued) > MAX_AHEAD:
+        found = None
+    else:
+        ahead = [Ahead(w.pod_sets, expected_run(samples, w.max_execution_seconds)) for w in queued]
+        found = forecast_start(
+            request.pod_sets, cq, cluster.flavors, available, request.now, running, ahead
+        )
+    if not own and shape is not None:
+        forecasts[key] = found
+    return found
 
 
 def _disruption(
@@ -532,6 +610,7 @@ def _in_flight_holder(
         reserved_at=LATEST,
         queued_at=LATEST,
         admitted=False,
+        max_execution_seconds=workload.max_execution_seconds,
     )
 
 
@@ -793,6 +872,9 @@ class Pipeline:
             verdicts=tuple(verdicts),
             requeue_after=selection.requeue_after,
             errors=tuple(errors),
+            predictions=frozen_map(
+                {name: at for name, at in ctx.predictions.items() if at is not None}
+            ),
         )
 
 

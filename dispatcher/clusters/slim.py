@@ -7,14 +7,15 @@ reads a few fields. Each function here is applied to every object before it ente
 ``DELETED`` alike) and keeps exactly what the cache's readers use:
 
 - worker Workloads: what :class:`~dispatcher.controller.snapshots.WorkerIndex` reads of a
-  Workload in its state (a finished one: its origin label and conditions; one holding quota:
-  also its queue, priority, creation time and ``status.admission``'s flavors and usage, which
-  least-disruption placement weighs as a possible preemption victim; a pending one: also
-  ``active`` and the pod sets' counts, requests and placement constraints), which covers the
-  controller's ``_copies`` / ``_holding_copy`` / ``_leftover``
-  (the origin label, the ``Admitted`` and ``QuotaReserved`` conditions' status and transition
-  time); the few strings every record repeats (namespaces, queue, flavor and resource names,
-  condition types) are interned;
+  Workload in its state (a finished one: its origin label, conditions and ClusterQueue, its run
+  time counting for the queue's statistics; one holding quota: also its queue, priority,
+  ``maximumExecutionTimeSeconds``, creation time and ``status.admission``'s flavors and usage,
+  which least-disruption placement weighs as a possible preemption victim and a predicted start
+  as quota to be released; a pending one: also ``active`` and the pod sets' counts, requests
+  and placement constraints), which covers the controller's ``_copies`` / ``_holding_copy`` /
+  ``_leftover`` (the origin label, the ``Admitted`` and ``QuotaReserved`` conditions' status
+  and transition time); the few strings every record repeats (namespaces, queue, flavor and
+  resource names, condition types) are interned;
 - worker ClusterQueues, LocalQueues and ResourceFlavors: what ``dispatcher.kueue.objects``
   parses of them;
 - worker Jobs: their identity and origin label alone (the same-name guard asks only whether a
@@ -176,8 +177,8 @@ def _pod_set(value: Any) -> Any:
 
 def _workload_spec(value: Any, pending: bool) -> Any:
     if not pending:
-        return _interned(_pick(value, "queueName", "priority"))
-    out = _interned(_pick(value, "queueName", "priority", "active"))
+        return _interned(_pick(value, "queueName", "priority", "maximumExecutionTimeSeconds"))
+    out = _interned(_pick(value, "queueName", "priority", "active", "maximumExecutionTimeSeconds"))
     if isinstance(value, Mapping) and "podSets" in value:
         pod_sets = value["podSets"]
         out["podSets"] = [_pod_set(p) for p in pod_sets] if isinstance(pod_sets, list) else pod_sets
@@ -248,18 +249,20 @@ def _workload_status(value: Any, state: str) -> Any:
     out: Obj = {}
     if "conditions" in value:
         out["conditions"] = _conditions(value["conditions"])
-    if state != "finished" and "admission" in value:
-        out["admission"] = _admission(value["admission"])
+    if "admission" in value:
+        # A finished one keeps only its ClusterQueue (its run time counts for that queue).
+        kept = _admission(value["admission"])
+        out["admission"] = _pick(kept, "clusterQueue") if state == "finished" else kept
     return out
 
 
 def worker_workload(obj: Obj) -> Obj:
     """A worker Workload as the index and the controller read it, in its state: a finished one
-    keeps its origin label and the conditions read (``QuotaReserved``, ``Admitted``,
-    ``Finished``, ``Evicted``), one holding quota its queue, priority, creation time and
-    ``status.admission`` too, a pending one ``active`` and its pod sets (requests and placement
-    constraints) too. Neither ``apiVersion``, ``kind``, ``uid`` nor any
-    other label is kept."""
+    keeps its origin label, the conditions read (``QuotaReserved``, ``Admitted``, ``Finished``,
+    ``Evicted``) and ``status.admission.clusterQueue``, one holding quota its queue, priority,
+    ``maximumExecutionTimeSeconds``, creation time and ``status.admission`` too, a pending one
+    ``active`` and its pod sets (requests and placement constraints) too. Neither
+    ``apiVersion``, ``kind``, ``uid`` nor any other label is kept."""
     state = _state(obj)
     out: Obj = {}
     meta = obj.get("metadata")

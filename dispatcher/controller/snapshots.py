@@ -11,6 +11,7 @@ consistent with the in-flight ledger, which is settled from the same Workloads.
 from __future__ import annotations
 
 import bisect
+import collections
 import contextlib
 import dataclasses
 import datetime
@@ -27,9 +28,10 @@ from dispatcher.clusters.mirror import Mirror
 from dispatcher.clusters.registry import Candidate
 from dispatcher.clusters.slim import ORIGIN_LABEL
 from dispatcher.controller.inflight import InFlight
-from dispatcher.controller.records import parse_time
+from dispatcher.controller.records import parse_time, transition_time
 from dispatcher.k8s.watching import Key, Listed, Listener, Obj, ObjectCache, ObjectEvent, key_text
 from dispatcher.kueue.admission import EPOCH, ReservingWorkload, admission_usage
+from dispatcher.kueue.forecast import MAX_SAMPLES
 from dispatcher.kueue.objects import (
     ClusterQueueView,
     FlavorResource,
@@ -109,6 +111,8 @@ class _Entry:
     holder: ReservingWorkload | None = None
     """One holding quota as a possible preemption victim (``None`` when its priority cannot be
     read: it is then never taken for a victim)."""
+    run: tuple[str, float] | None = None
+    """(ClusterQueue, seconds from ``Admitted`` to ``Finished``) of a finished one."""
     pending: tuple[str, _OrderKey, QueuedWorkload] | None = None
     """(ClusterQueue, order, workload) of one waiting in a ClusterQueue."""
     error: str | None = None
@@ -189,6 +193,12 @@ class WorkerIndex:
         """Jobs on this worker that are not copies of ours (no origin label of this manager):
         a manager Job of one of these names can never run here (the same-name guard)."""
         self._listeners: list[tuple[ObjectCache, Listener]] = []
+        self._runs: dict[str, collections.deque[float]] = {}
+        """Run times of the finished Workloads seen, per ClusterQueue, the most recent
+        :data:`~dispatcher.kueue.forecast.MAX_SAMPLES` (statistics: kept across re-lists)."""
+        self._sorted_runs: dict[str, tuple[float, ...]] = {}
+        self._counted: set[Key] = set()
+        """Finished Workloads whose run time is already in ``_runs``."""
         self._reset()
 
     def _reset(self) -> None:
@@ -275,6 +285,8 @@ class WorkerIndex:
 
     def _build(self) -> None:
         assert self.mirror is not None
+        # A re-list does not count again the run times of Workloads already counted.
+        self._counted = {key for key, entry in self._entries.items() if entry.run is not None}
         self._reset()
         self.builds += 1
         caches = {resource: self.mirror.cache(resource) for resource in RESOURCES}
@@ -304,6 +316,13 @@ class WorkerIndex:
                 for _, view in sorted(self._cqs.items())
             )
         return self._cq_views
+
+    def run_seconds(self, cq: str) -> tuple[float, ...]:
+        """The run times observed in ClusterQueue ``cq`` (most recent ones), sorted."""
+        found = self._sorted_runs.get(cq)
+        if found is None:
+            found = self._sorted_runs[cq] = tuple(sorted(self._runs.get(cq, ())))
+        return found
 
     def holders(self, cq: str) -> tuple[ReservingWorkload, ...]:
         """The Workloads holding quota in ClusterQueue ``cq`` (copies of ours or not), by key:
@@ -424,7 +443,7 @@ class WorkerIndex:
         key = key_text(raw)
         ours = is_copy(raw, self.origin)
         if condition_status(raw, "Finished") == "True":
-            return _Entry(copy=ours)
+            return _Entry(copy=ours, run=_run(raw))
         meta = raw.get("metadata") or {}
         spec = raw.get("spec") or {}
         status = raw.get("status") or {}
@@ -459,18 +478,26 @@ class WorkerIndex:
         except (ValueError, TypeError) as error:
             return dataclasses.replace(entry, error=f"Workload {key}: spec.priority: {error}")
         created = str(meta.get("creationTimestamp", ""))
-        workload = QueuedWorkload(key, priority, pod_sets)
+        workload = QueuedWorkload(key, priority, pod_sets, _max_execution(spec))
         return dataclasses.replace(entry, pending=(queue, (-priority, created, key), workload))
 
     def _set_workload(self, key: Key, raw: Obj | None) -> None:
         old = self._entries.pop(key, None)
         if old is not None:
             self._remove_entry(key, old)
+            if old.run is not None:
+                self._counted.add(key)
         if raw is not None:
             self._add_entry(key, self._derive(raw))
+        else:
+            self._counted.discard(key)
 
     def _add_entry(self, key: Key, entry: _Entry) -> None:
         self._entries[key] = entry
+        if entry.run is not None and key not in self._counted:
+            cq, seconds = entry.run
+            self._runs.setdefault(cq, collections.deque(maxlen=MAX_SAMPLES)).append(seconds)
+            self._sorted_runs.pop(cq, None)
         name = f"{key[0]}/{key[1]}"
         if entry.copy:
             self._copies.add(name)
@@ -567,9 +594,31 @@ def _holder(
             queued_at=_moment(meta.get("creationTimestamp")),
             admitted=(conditions.get("Admitted") or {}).get("status") == "True",
             evicting=(conditions.get("Evicted") or {}).get("status") == "True",
+            max_execution_seconds=_max_execution(spec),
         ),
         None,
     )
+
+
+def _max_execution(spec: Mapping[str, Any]) -> int | None:
+    """``spec.maximumExecutionTimeSeconds`` when it is a positive integer (the CRD's minimum is
+    1); anything else counts as not set."""
+    value = spec.get("maximumExecutionTimeSeconds")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _run(raw: Mapping[str, Any]) -> tuple[str, float] | None:
+    """(ClusterQueue, seconds it ran: ``Admitted`` to ``Finished``) of a finished Workload,
+    when both times and the queue are there."""
+    status = raw.get("status") or {}
+    cq = (
+        (status.get("admission") or {}).get("clusterQueue") if isinstance(status, Mapping) else None
+    )
+    admitted = transition_time(raw, "Admitted")
+    finished = transition_time(raw, "Finished")
+    if not isinstance(cq, str) or admitted is None or finished is None or finished < admitted:
+        return None
+    return cq, finished - admitted
 
 
 def _queue_of(index: WorkerIndex, namespace: str, queue_name: str) -> str | None:
@@ -626,6 +675,7 @@ def build_snapshot(
         pending=pending,
         in_flight=flying,
         holders=index.holders(cq) if cq is not None else (),
+        run_seconds=index.run_seconds(cq) if cq is not None else (),
         label_key=label_key,
         resource_pattern=resource_pattern,
         taints=candidate.taints,

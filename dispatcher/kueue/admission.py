@@ -158,6 +158,8 @@ class ReservingWorkload:
     """``Admitted=True`` (counted in ``flavorsUsage``), not only reserving."""
     evicting: bool = False
     """Already ``Evicted=True`` but not released yet (preferred as a victim)."""
+    max_execution_seconds: int | None = None
+    """``spec.maximumExecutionTimeSeconds``: Kueue deactivates it once admitted this long."""
 
 
 # --- quota arithmetic -------------------------------------------------------------------------

@@ -333,6 +333,8 @@ class WorkloadView:
     cluster_name: str | None = None
     conditions: Mapping[str, Condition] = field(default_factory=frozen_map)
     active: bool = True
+    max_execution_seconds: int | None = None
+    """``spec.maximumExecutionTimeSeconds``, if set."""
 
     @property
     def key(self) -> str:
@@ -362,6 +364,10 @@ def parse_workload(raw: Mapping[str, Any]) -> WorkloadView:
         except InvalidField as error:
             raise error.under(f"spec.podSets[{index}]") from None
     priority = _integer(spec.get("priority") or 0, "spec.priority")
+    limit = spec.get("maximumExecutionTimeSeconds")
+    max_execution = (
+        None if limit is None else _integer(limit, "spec.maximumExecutionTimeSeconds", minimum=1)
+    )
     return WorkloadView(
         namespace=str(meta.get("namespace", "")),
         name=str(meta.get("name", "")),
@@ -375,6 +381,7 @@ def parse_workload(raw: Mapping[str, Any]) -> WorkloadView:
         cluster_name=str(cluster_name) if cluster_name else None,
         conditions=_conditions(status.get("conditions")),
         active=bool(spec.get("active", True)),
+        max_execution_seconds=max_execution,
     )
 
 

@@ -32,6 +32,7 @@ def test_verdicts_name_the_filter_the_reason_and_the_score_components() -> None:
         "least-disruption": 1.0,
         "backlog": 1.0,
         "most-free": 0.25,
+        "predicted-start": 1.0,
         "queue-ahead": 1.0,
         "spare-gpu-clusters": 0.0,
     }

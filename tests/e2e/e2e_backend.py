@@ -138,6 +138,10 @@ class Backend(Protocol):
     async def start_dispatcher(self) -> None:
         """Start the dispatcher again (new processes: nothing is kept in memory)."""
 
+    async def set_dispatcher_env(self, env: Mapping[str, str]) -> None:
+        """Run the dispatcher with these environment variables from now on (its settings take
+        precedence over the settings file's; an empty mapping: none of them), restarting it."""
+
     async def restart_dispatcher(self) -> None:
         """Stop the dispatcher and start it again (a new process, nothing kept in memory)."""
 

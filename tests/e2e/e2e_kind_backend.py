@@ -22,6 +22,7 @@ import importlib.util
 import os
 import shutil
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -38,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DISPATCHER_NAMESPACE = "multikueue-dispatcher-system"
 DISPATCHER_DEPLOYMENT = "multikueue-dispatcher"
 DISPATCHER_REPLICAS = 2
+DISPATCHER_CONTAINER = "dispatcher"  # manifests/base/deployment.yaml
 HOLD_MOUNT = "/hold"
 DISPATCHER_LEASE = "multikueue-dispatcher"
 DISPATCHER_POD_SELECTOR = "app.kubernetes.io/name=multikueue-dispatcher"
@@ -88,6 +90,8 @@ class KindBackend(KubeBackend):
         self.prefix = os.environ.get("E2E_KIND_PREFIX", "mkd")
         self.kubeconfig_dir = os.environ.get("E2E_KIND_KUBECONFIG_DIR")
         self._stack = contextlib.AsyncExitStack()
+        self._dispatcher_env: set[str] = set()
+        """Names of the environment variables ``set_dispatcher_env`` put on the container."""
         self._group: anyio.abc.TaskGroup | None = None
 
     def _kubeconfig(self, cluster: str) -> dict[str, Any]:
@@ -209,6 +213,23 @@ class KindBackend(KubeBackend):
 
     async def restart_dispatcher(self) -> None:
         await self._restart(DISPATCHER_NAMESPACE, DISPATCHER_DEPLOYMENT)
+
+    async def set_dispatcher_env(self, env: Mapping[str, str]) -> None:
+        """Set the container's environment (a strategic merge of its ``env`` list, the names
+        set before and not now deleted), which rolls the Deployment out."""
+        items: list[dict[str, str]] = [
+            {"name": name, "$patch": "delete"} for name in sorted(self._dispatcher_env - set(env))
+        ]
+        items += [{"name": name, "value": value} for name, value in sorted(env.items())]
+        self._dispatcher_env = set(env)
+        patch = {
+            "spec": {
+                "template": {"spec": {"containers": [{"name": DISPATCHER_CONTAINER, "env": items}]}}
+            }
+        }
+        apps = client.AppsV1Api(self.apis["manager"])
+        await apps.patch_namespaced_deployment(DISPATCHER_DEPLOYMENT, DISPATCHER_NAMESPACE, patch)
+        await self._rolled_out(DISPATCHER_NAMESPACE, DISPATCHER_DEPLOYMENT)
 
     async def _leader_pod(self) -> str:
         """The dispatcher pod holding the Lease (identity = pod name + a random suffix)."""

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -56,15 +57,26 @@ LEASE_NAMESPACE = "default"
 class DispatcherReplica:
     """One ``multikueue-dispatcher run`` process."""
 
-    def __init__(self, directory: Path, kubeconfig: Path, index: int, generation: int) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        kubeconfig: Path,
+        index: int,
+        generation: int,
+        extra_env: Mapping[str, str] | None = None,
+    ) -> None:
         self.identity = f"dispatcher-{index}-g{generation}"
         self.health_port = free_port()
         self.metrics_port = free_port()
-        env = os.environ | {
-            "DISPATCHER_HEALTH_ADDRESS": f"127.0.0.1:{self.health_port}",
-            "DISPATCHER_METRICS_ADDRESS": f"127.0.0.1:{self.metrics_port}",
-            "POD_NAMESPACE": LEASE_NAMESPACE,
-        }
+        env = (
+            os.environ
+            | dict(extra_env or {})
+            | {
+                "DISPATCHER_HEALTH_ADDRESS": f"127.0.0.1:{self.health_port}",
+                "DISPATCHER_METRICS_ADDRESS": f"127.0.0.1:{self.metrics_port}",
+                "POD_NAMESPACE": LEASE_NAMESPACE,
+            }
+        )
         self.process = Process(
             f"dispatcher/{self.identity}",
             [
@@ -94,6 +106,7 @@ class RealBackend(KubeBackend):
         self.running: RealTopology | None = None
         self.replicas: list[DispatcherReplica] = []
         self._generation = 0
+        self._dispatcher_env: dict[str, str] = {}
         self._stack = contextlib.AsyncExitStack()
         self._group: anyio.abc.TaskGroup | None = None
         self.mode: KueueMode = "external"
@@ -135,7 +148,7 @@ class RealBackend(KubeBackend):
         self._generation += 1
         kubeconfig = self.running.kubeconfig_path("manager")
         self.replicas = [
-            DispatcherReplica(self.directory, kubeconfig, i, self._generation)
+            DispatcherReplica(self.directory, kubeconfig, i, self._generation, self._dispatcher_env)
             for i in range(REPLICAS)
         ]
         for replica in self.replicas:
@@ -167,6 +180,10 @@ class RealBackend(KubeBackend):
     async def restart_dispatcher(self) -> None:
         await self.stop_dispatcher()
         await self.start_dispatcher()
+
+    async def set_dispatcher_env(self, env: Mapping[str, str]) -> None:
+        self._dispatcher_env = dict(env)
+        await self.restart_dispatcher()
 
     async def kill_leader(self) -> str:
         leader = await self.leader()

@@ -20,6 +20,8 @@ configuration, and an empty cluster state).
 from __future__ import annotations
 
 import contextlib
+import os
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -51,6 +53,22 @@ IN_PROCESS = {
 }
 
 
+@contextlib.contextmanager
+def _environment(env: Mapping[str, str]) -> Iterator[None]:
+    """``env`` in the process environment while the settings are read (in-process replicas
+    read it as a Pod's container reads its own), as it was afterwards."""
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 class SandboxBackend(KubeBackend):
     """The scenario backend on the sandbox (see the module docstring)."""
 
@@ -72,6 +90,7 @@ class SandboxBackend(KubeBackend):
         self._replicas: dict[str, tuple[anyio.CancelScope, anyio.Event]] = {}
         self._managers: dict[str, Manager] = {}  # identity → the running replica's manager
         self._generation = 0
+        self._dispatcher_env: dict[str, str] = {}
         self.mode: KueueMode = "external"
 
     async def __aenter__(self) -> SandboxBackend:
@@ -153,7 +172,8 @@ class SandboxBackend(KubeBackend):
     async def _start_dispatcher(self) -> None:
         assert self._group is not None
         assert self.env is not None
-        settings = load_settings(IN_PROCESS, DISPATCHER_CONFIG)
+        with _environment(self._dispatcher_env):
+            settings = load_settings(IN_PROCESS, DISPATCHER_CONFIG)
         kubeconfig = self.env.sandbox.kubeconfig_path(self.env.sandbox.manager)
         self._generation += 1
 
@@ -211,6 +231,10 @@ class SandboxBackend(KubeBackend):
     async def restart_dispatcher(self) -> None:
         await self._stop_dispatcher()
         await self._start_dispatcher()
+
+    async def set_dispatcher_env(self, env: Mapping[str, str]) -> None:
+        self._dispatcher_env = dict(env)
+        await self.restart_dispatcher()
 
     async def leader_identity(self) -> str:
         settings = load_settings(IN_PROCESS, DISPATCHER_CONFIG)

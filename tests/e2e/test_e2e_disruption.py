@@ -102,16 +102,14 @@ async def contend(backend: ApiBackend, prefix: str) -> dict[str, set[str]]:
     return {name: backend.preempted_on(name) for name in placement}
 
 
-async def test_capacity_first_alone_preempts_on_two_workers(
-    backend: ApiBackend, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv(OPTIONS_ENV, json.dumps({"capacity-first": {"preemption": "ignore"}}))
-    await backend.restart_dispatcher()
+async def test_capacity_first_alone_preempts_on_two_workers(backend: ApiBackend) -> None:
+    # The settings file's capacity-first options, with preemption: ignore laid over them.
+    ignore = json.dumps({"capacity-first": {"preemption": "ignore"}})
+    await backend.set_dispatcher_env({OPTIONS_ENV: ignore})
     try:
         preempted = await contend(backend, "ld-ignore")
     finally:
-        monkeypatch.delenv(OPTIONS_ENV)
-        await backend.restart_dispatcher()
+        await backend.set_dispatcher_env({})
     assert preempted == {
         "ld-ignore-a100-a": {"worker1"},
         "ld-ignore-a100-b": {"worker1"},
