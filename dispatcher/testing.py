@@ -244,6 +244,7 @@ def make_cluster(
     taints: Sequence[Taint] = (),
     holders: Sequence[ReservingWorkload] = (),
     preemption: str = "Never",
+    run_seconds: Sequence[float] = (),
 ) -> ClusterSnapshot:
     """A worker snapshot with one ClusterQueue of one resource group.
 
@@ -253,7 +254,8 @@ def make_cluster(
     workload's LocalQueue. ``holders`` (of :func:`make_holder`) are workloads holding quota in
     the ClusterQueue, their usage added to ``used_*``; ``preemption`` is its
     ``preemption.withinClusterQueue`` (``Never``, ``LowerPriority``,
-    ``LowerOrNewerEqualPriority``).
+    ``LowerOrNewerEqualPriority``); ``run_seconds`` how long the queue's finished workloads ran
+    (what a predicted start is made of).
     """
     if flavors is None:
         quota: dict[str, Amount] = {}
@@ -322,6 +324,7 @@ def make_cluster(
         in_flight=tuple(in_flight),
         pending=tuple(pending),
         holders=tuple(replace(h, cluster_queue=cq.name) for h in holders),
+        run_seconds=tuple(sorted(run_seconds)),
         gpu_types=cluster_gpu_types(
             views.values(), cluster_queue=cq, cluster_labels=labels, label_key=label_key
         ),

@@ -53,6 +53,7 @@ from dispatcher.algorithms.model import (
 )
 from dispatcher.algorithms.stages import (
     DISRUPTION_SCORER,
+    PREDICTED_START_SCORER,
     TIER_BACKLOG,
     TIER_CAPACITY,
     TIER_DISRUPTION,
@@ -278,7 +279,7 @@ class PredictedStartScorer:
     """``1 / (1 + wait / 60)`` for the predicted wait in seconds (``1`` where it starts now),
     ``0`` where the forecast is unknown; the detail gives the predicted wait."""
 
-    name: str = "predicted-start"
+    name: str = PREDICTED_START_SCORER
     tier: int = TIER_START
     weight: float = 1.0
 
@@ -399,7 +400,9 @@ def _why(cluster: ClusterSnapshot, ctx: StageContext, disruption: bool = False) 
                 f"{cluster.name}: fits nowhere now; least disruption here: "
                 f"{plan.describe(ctx.request.now)}"
             )
-    return f"{cluster.name}: fits nowhere now, {fit.queued_ahead} ahead here"
+    at = ctx.predictions.get(cluster.name)
+    start = f", predicted start in {at - ctx.request.now:.0f}s" if at is not None else ""
+    return f"{cluster.name}: fits nowhere now, {fit.queued_ahead} ahead here{start}"
 
 
 def build_capacity_first(options: CapacityFirstOptions) -> Stages:

@@ -51,7 +51,7 @@ from dispatcher.kueue.admission import (
     evaluate_available,
 )
 from dispatcher.kueue.flavorfit import FitResult, assign_flavors, available_now, capacity_ceiling
-from dispatcher.kueue.forecast import MAX_AHEAD, Ahead, Running, expected_end, expected_run
+from dispatcher.kueue.forecast import MAX_AHEAD, Ahead, Running
 from dispatcher.kueue.forecast import predicted_start as forecast_start
 from dispatcher.kueue.hints import CLUSTER_TOLERATIONS, tolerated
 from dispatcher.kueue.objects import ClusterQueueView, FlavorResource, PodSetView, frozen_map
@@ -59,6 +59,7 @@ from dispatcher.kueue.objects import ClusterQueueView, FlavorResource, PodSetVie
 __all__ = [
     "DISRUPTION_SCORER",
     "HINTS_STAGE",
+    "PREDICTED_START_SCORER",
     "SAME_NAME_STAGE",
     "TIER_BACKLOG",
     "TIER_CAPACITY",
@@ -86,6 +87,8 @@ TIER_FEASIBILITY = 0
 """Tier of "does it fit now" scores: dominates everything else."""
 DISRUPTION_SCORER = "least-disruption"
 """The score component of least-disruption placement (its detail names the victims)."""
+PREDICTED_START_SCORER = "predicted-start"
+"""The score component of the predicted start (its detail gives the predicted wait)."""
 TIER_DISRUPTION = 2
 """Tier of what admitting the workload would preempt where it does not fit now (least
 disruption): right below "fits now", above everything else."""
@@ -268,24 +271,26 @@ def _predicted_start(
     running = [
         Running(
             h.usage,
-            expected_end(
-                request.now if h.reserved_at >= LATEST else h.reserved_at.timestamp(),
-                request.now,
-                samples,
-                h.max_execution_seconds,
-            ),
+            request.now if h.reserved_at >= LATEST else h.reserved_at.timestamp(),
+            h.max_execution_seconds,
         )
         for h in holders
         if h.key != request.key
     ]
     queued = [p for p in cluster.pending if p.priority >= request.priority and p.key != request.key]
-    queued += [w for w in cluster.in_flight if w.key not in placed and w.key != request.key]
+    # An in-flight nomination whose copy is already queued there is in both lists.
+    listed = {p.key for p in cluster.pending}
+    queued += [
+        w
+        for w in cluster.in_flight
+        if w.key not in placed and w.key not in listed and w.key != request.key
+    ]
     if len(queued) > MAX_AHEAD:
         found = None
     else:
-        ahead = [Ahead(w.pod_sets, expected_run(samples, w.max_execution_seconds)) for w in queued]
+        ahead = [Ahead(w.pod_sets, w.max_execution_seconds) for w in queued]
         found = forecast_start(
-            request.pod_sets, cq, cluster.flavors, available, request.now, running, ahead
+            request.pod_sets, cq, cluster.flavors, available, request.now, running, ahead, samples
         )
     if not own and shape is not None:
         forecasts[key] = found

@@ -47,7 +47,7 @@ from dispatcher.algorithms.model import (
     DispatchRequest,
     RejectionReason,
 )
-from dispatcher.algorithms.stages import DISRUPTION_SCORER, HINTS_STAGE
+from dispatcher.algorithms.stages import DISRUPTION_SCORER, HINTS_STAGE, PREDICTED_START_SCORER
 from dispatcher.clusters.registry import Candidate, ClusterRegistry
 from dispatcher.controller.config import ControllerConfig
 from dispatcher.controller.events import EventRecorder
@@ -179,9 +179,13 @@ def summarize(decision: Decision, limit: int = 6) -> str:
             # The placement hints that ranked it, by name (the ``hints`` score's detail).
             hints = next((c.detail for c in verdict.scores if c.scorer == HINTS_STAGE), "")
             fit = f"{fit}; {hints}" if hints else fit
-            # What admitting it there would preempt (least disruption's detail).
-            cost = next((c.detail for c in verdict.scores if c.scorer == DISRUPTION_SCORER), "")
-            fit = f"{fit}; {cost}" if cost and not verdict.fits_now else fit
+            # What admitting it there would preempt (least disruption's detail), and when it
+            # would start where it has to wait.
+            if not verdict.fits_now:
+                for scorer in (DISRUPTION_SCORER, PREDICTED_START_SCORER):
+                    detail = next((c.detail for c in verdict.scores if c.scorer == scorer), "")
+                    shown = detail.startswith(("would preempt", "predicted start"))
+                    fit = f"{fit}; {detail}" if shown else fit
             parts.append(f"{verdict.cluster}: rank {verdict.rank} ({fit})")
         else:
             parts.append(f"{verdict.cluster}: {verdict.dropped_by}: {verdict.reason}")
@@ -560,6 +564,7 @@ class Nominator:
                 self.queue.add(key)  # re-read and decide again on fresh data
                 return "race"
             self._written(workload, record, target, now, decision.algorithm)
+            self._predicted(record, decision, target, now)
             if placement is not None:
                 # The echo of this write is not reconciled (expectations): index the workers
                 # whose reachability can change the new nomination now, as its reconcile would.
@@ -785,6 +790,20 @@ class Nominator:
                 target, cluster_queue=str(admission.get("clusterQueue") or ""), algorithm=algorithm
             )
         self._publish_in_flight()
+
+    def _predicted(
+        self, record: Record, decision: Decision, target: tuple[str, ...], now: float
+    ) -> None:
+        """Remember the start predicted on each nominated cluster where the workload has to
+        wait (compared with its admission later), and publish the predicted wait."""
+        record.predicted = {
+            cluster: at
+            for cluster, at in decision.predictions.items()
+            if cluster in target and at - now >= 1.0
+        }
+        if self.metrics is not None:
+            for cluster, at in record.predicted.items():
+                self.metrics.predicted_wait(cluster, at - now)
 
     def _nominated_at(
         self, workload: Mapping[str, Any], current: tuple[str, ...], now: float
@@ -1386,6 +1405,21 @@ class Nominator:
                     cluster_queue=cq,
                     cluster=str(cluster),
                 )
+            predicted = record.predicted.get(str(cluster))
+            if predicted is not None:
+                log.info(
+                    "workload %s: admitted on %s %.0fs %s its predicted start",
+                    key,
+                    cluster,
+                    abs(admitted - predicted),
+                    "after" if admitted >= predicted else "before",
+                    extra={"workload": key, "clusters": [str(cluster)]},
+                )
+                if self.metrics is not None:
+                    self.metrics.observe_predicted_start_error(
+                        admitted - predicted, cluster=str(cluster)
+                    )
+            record.predicted = {}
         if cluster and not record.gpu_checked and record.first_nominated_at is not None:
             self._verify_gpu_type(key, workload, record)
         if not cluster:

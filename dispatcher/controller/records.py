@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from dispatcher.controller.outage import Placement
@@ -42,6 +42,9 @@ class Record:
     admission_reported: bool = False
     gpu_checked: bool = False
     """The GPU type its worker assigned was compared with what it asked for (once)."""
+    predicted: Mapping[str, float] = field(default_factory=dict)
+    """Predicted start per nominated cluster where it had to wait (epoch seconds), from the
+    decision that wrote the nomination; compared with the admission once."""
     problem: str = ""
     unconfirmed: Unconfirmed | None = None
     leftover_since: float | None = None

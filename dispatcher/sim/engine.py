@@ -54,6 +54,7 @@ outcome of the cycle is the same.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import datetime
 import heapq
@@ -81,6 +82,7 @@ from dispatcher.kueue.admission import (
     ReservingWorkload,
     plan_admissions,
 )
+from dispatcher.kueue.forecast import MAX_SAMPLES
 from dispatcher.kueue.objects import FlavorResource, PodSetView, frozen_map
 from dispatcher.plugins import PluginHost
 from dispatcher.plugins.host import pipeline_for
@@ -375,6 +377,9 @@ class SimResult:
     """Events processed (a measure of the simulation's work)."""
     wall_s: float = 0.0
     decision_errors: list[str] = field(default_factory=list)
+    prediction_errors: list[float] = field(default_factory=list)
+    """Admission minus predicted start, per workload admitted where its nomination predicted a
+    wait (the dispatcher's ``multikueue_dispatcher_predicted_start_error_seconds``)."""
     releases: list[Release] = field(default_factory=list)
     """Deactivations by the unplaceable-release policy, in time order (``restored_at`` set
     when the workload was restored)."""
@@ -436,6 +441,8 @@ class _Workload:
     release_token: int = 0
     release: Release | None = None
     """Its current deactivation (state ``inactive``)."""
+    predicted: dict[str, float] = field(default_factory=dict)
+    """The start predicted on each cluster of its standing nomination where it had to wait."""
 
 
 class _Kueue:
@@ -453,6 +460,25 @@ class _Kueue:
         """Pending keys added since the last cycle."""
         self.released = True
         """Quota was released since the last cycle: every pending entry is evaluated again."""
+        self.runs: dict[str, collections.deque[float]] = {}
+        """Run times of the workloads that finished here, per ClusterQueue (the statistics
+        the dispatcher's mirror keeps: the most recent ``MAX_SAMPLES``)."""
+        self._sorted_runs: dict[str, tuple[float, ...]] = {}
+
+    def finished_run(self, cq: str, seconds: float) -> None:
+        """A workload of ``cq`` finished after running ``seconds``."""
+        self.runs.setdefault(cq, collections.deque(maxlen=MAX_SAMPLES)).append(seconds)
+        self._sorted_runs.pop(cq, None)
+        self.version += 1
+
+    def run_seconds(self, cq: str | None) -> tuple[float, ...]:
+        """The run times observed in ``cq``, sorted."""
+        if cq is None:
+            return ()
+        found = self._sorted_runs.get(cq)
+        if found is None:
+            found = self._sorted_runs[cq] = tuple(sorted(self.runs.get(cq, ())))
+        return found
 
     def add(self, entry: _Entry) -> None:
         self.pending[entry.wl.key] = entry
@@ -512,6 +538,7 @@ class _Kueue:
                 priority=e.wl.priority,
                 reserved_at=e.reserved_ts,
                 queued_at=e.queued_ts,
+                max_execution_seconds=e.wl.request.max_execution_seconds,
             )
             for e in self.reserving.values()
         ]
@@ -935,6 +962,7 @@ class Simulation:
             pending=pending,
             in_flight=in_flight,
             holders=kueue.holders(),
+            run_seconds=kueue.run_seconds(cq_name),
         )
         self._snap_cache[cache_key] = (stamp, snap)
         return snap
@@ -963,6 +991,11 @@ class Simulation:
         account(step, self.in_flight, request, self.now)
         if step.action is Action.WRITE:
             self._nominate(wl, step.target, delay=self.lat.nomination_write_s)
+            wl.predicted = {
+                cluster: at
+                for cluster, at in decision.predictions.items()
+                if cluster in step.target and at - self.now >= 1.0
+            }
         follow = step.follow_up
         follow = self.lat.resync_s if follow is None else max(follow, 0.001)
         self._at(self.now + follow, "reconcile", wl, gen, wl.token)
@@ -1074,6 +1107,10 @@ class Simulation:
         for cluster in list(wl.copies):
             if cluster != winner:
                 self._at(self.now + self.lat.copy_creation_s, "delete", wl, gen, cluster)
+        predicted = wl.predicted.get(winner)
+        if predicted is not None:
+            self.result.prediction_errors.append(reserved_at - predicted)
+        wl.predicted = {}
         outcome = wl.outcome
         outcome.last_admitted = reserved_at
         if outcome.first_admitted is None:
@@ -1126,6 +1163,9 @@ class Simulation:
         if wl.gen != gen or wl.state != "running" or wl.winner != cluster:
             return
         self._progress()
+        entry = wl.copies.get(cluster)
+        if entry is not None and wl.run_start is not None:
+            self.workers[cluster].finished_run(entry.cq, self.now - wl.run_start)
         self._record_run(wl, cluster)
         wl.state = "finishing"
         self._drop_copy(wl, cluster)

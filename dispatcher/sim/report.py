@@ -134,6 +134,14 @@ def algorithm_metrics(result: SimResult, topology: SimTopology) -> dict[str, Any
             )
         ),
         "preemptions_on_workers": result.preemptions_workers,
+        "predicted_starts": len(result.prediction_errors),
+        "predicted_start_error_p50_s": _r(
+            percentile([abs(e) for e in result.prediction_errors], 50)
+        ),
+        "predicted_start_error_p90_s": _r(
+            percentile([abs(e) for e in result.prediction_errors], 90)
+        ),
+        "predicted_start_bias_s": _r(percentile(result.prediction_errors, 50)),
         "preemptions_by_losing_copies": result.preemptions_by_losers,
         "requeues": sum(o.requeues for o in outcomes),
         "gpu_type_mismatches": sum(1 for o in outcomes if o.mismatch),

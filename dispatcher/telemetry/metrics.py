@@ -84,6 +84,8 @@ DECISION_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 
 
 TIME_TO_ADMISSION_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
 """Seconds; up to Kueue's Incremental round (5 min) and beyond."""
+PREDICTED_START_ERROR_BUCKETS = (5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
+"""Seconds (the error's size; its sign is the ``direction`` label)."""
 
 
 class ConnectionState(StrEnum):
@@ -149,6 +151,23 @@ TIME_TO_ADMISSION = Series(
     "s",
     ("cluster_queue", "cluster"),
     "Time from quota reservation on the manager to admission on a worker (status.clusterName set).",
+)
+PREDICTED_WAIT = Series(
+    PREFIX + "predicted_wait",
+    "gauge",
+    "s",
+    ("cluster",),
+    "The wait predicted (capacity-first's predicted start, minus the time of the decision) by "
+    "the latest nomination to the cluster of a workload that could not start there at once.",
+)
+PREDICTED_START_ERROR = Series(
+    PREFIX + "predicted_start_error",
+    "histogram",
+    "s",
+    ("cluster", "direction"),
+    "For a workload nominated with a predicted wait: how far its admission on the cluster "
+    "(status.clusterName set) was from the predicted start; direction 'late' when it started "
+    "after the prediction, 'early' when before.",
 )
 IN_FLIGHT = Series(
     PREFIX + "in_flight_nominations",
@@ -265,6 +284,8 @@ SERIES: tuple[Series, ...] = (
     NOMINATIONS,
     DECISION_LATENCY,
     TIME_TO_ADMISSION,
+    PREDICTED_WAIT,
+    PREDICTED_START_ERROR,
     IN_FLIGHT,
     CONNECTION_STATE,
     ERRORS,
@@ -311,6 +332,7 @@ class Metrics:
         )
         meter = self._provider.get_meter("multikueue_dispatcher")
         self._in_flight: dict[str, int] = {}
+        self._predicted_wait: dict[str, float] = {}
         self._connection: dict[str, ConnectionState] = {}
         self._queue_depth = 0
         self._plugins: set[tuple[str, str, str]] = set()
@@ -339,7 +361,9 @@ class Metrics:
         self._unplaceable_actions = counter(UNPLACEABLE_ACTIONS)
         self._decision_latency = histogram(DECISION_LATENCY, DECISION_LATENCY_BUCKETS)
         self._time_to_admission = histogram(TIME_TO_ADMISSION, TIME_TO_ADMISSION_BUCKETS)
+        self._start_error = histogram(PREDICTED_START_ERROR, PREDICTED_START_ERROR_BUCKETS)
         for series, callback in (
+            (PREDICTED_WAIT, self._observe_predicted_wait),
             (IN_FLIGHT, self._observe_in_flight),
             (CONNECTION_STATE, self._observe_connection),
             (QUEUE_DEPTH, self._observe_queue_depth),
@@ -413,6 +437,22 @@ class Metrics:
             {"cluster_queue": cluster_queue, "cluster": cluster, "replica_role": self._role},
         )
 
+    def predicted_wait(self, cluster: str, seconds: float) -> None:
+        """Set the wait predicted by the latest nomination to ``cluster`` that had to wait."""
+        self._predicted_wait[cluster] = seconds
+
+    def observe_predicted_start_error(self, seconds: float, *, cluster: str) -> None:
+        """Record admission time minus predicted start of one workload on ``cluster`` (its
+        size, and whether it was late or early)."""
+        self._start_error.record(
+            abs(seconds),
+            {
+                "cluster": cluster,
+                "direction": "late" if seconds >= 0 else "early",
+                "replica_role": self._role,
+            },
+        )
+
     def error(self, kind: ErrorKind) -> None:
         """Count one error of ``kind``."""
         self._errors.add(1, {"kind": kind, "replica_role": self._role})
@@ -473,6 +513,7 @@ class Metrics:
         """Drop the gauge series of a removed worker cluster (counters keep their totals)."""
         self._in_flight.pop(cluster, None)
         self._connection.pop(cluster, None)
+        self._predicted_wait.pop(cluster, None)
 
     def set_queue_depth(self, depth: int) -> None:
         """Set the number of keys waiting in the work queue."""
@@ -482,6 +523,13 @@ class Metrics:
         """Export ``plugin_info = 1`` for a loaded plugin (``distribution`` ``built-in`` for
         ours)."""
         self._plugins.add((plugin, distribution, version))
+
+    def _observe_predicted_wait(self, options: CallbackOptions) -> Iterable[Observation]:
+        role = self._role
+        return [
+            Observation(seconds, {"cluster": cluster, "replica_role": role})
+            for cluster, seconds in sorted(self._predicted_wait.items())
+        ]
 
     def _observe_in_flight(self, options: CallbackOptions) -> Iterable[Observation]:
         role = self._role

@@ -109,3 +109,20 @@ def test_a_variant_lays_its_options_over_the_algorithms(
 def test_a_bad_variant_is_named(text: str, options: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         parse_algorithms(text, options)  # type: ignore[arg-type]
+
+
+def test_the_predicted_start_and_its_error_are_reported() -> None:
+    """worker-a100-east's 32 GPUs run two waves of 32 one-GPU Jobs of 600 s (the first teaches
+    the dispatcher how long its Jobs run); a 33rd Job pinned there waits for the second wave:
+    predicted to start when it ends, and it does, within the simulated latencies."""
+    east = "worker-a100-east"
+    waves = [
+        a100_job(f"wave{w}-{i:02d}", 650.0 * w, 1, "low", 600, east)
+        for w in (0, 1)
+        for i in range(32)
+    ]
+    late = a100_job("late", 700.0, 1, "low", 60, east)
+    metrics = run(OURS, trace(*waves, late))[OURS][1]
+    assert metrics["predicted_starts"] == 1
+    assert metrics["predicted_start_error_p50_s"] < 5.0
+    assert metrics["predicted_start_error_p90_s"] < 5.0

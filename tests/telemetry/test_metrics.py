@@ -27,6 +27,8 @@ def exercise(metrics: Metrics) -> None:
     metrics.nominated(["worker-h100", "worker-a100"], cluster_queue="cq-gpu", algorithm="a+b")
     metrics.observe_decision_latency(0.004, cluster_queue="cq-gpu", algorithm="a+b")
     metrics.observe_time_to_admission(12.0, cluster_queue="cq-gpu", cluster="worker-h100")
+    metrics.predicted_wait("worker-h100", 340.0)
+    metrics.observe_predicted_start_error(-25.0, cluster="worker-h100")
     metrics.set_in_flight("worker-h100", 3)
     metrics.set_connection_state("worker-h100", ConnectionState.CONNECTED)
     metrics.error("watch")

@@ -44,6 +44,8 @@ def test_every_registered_series_is_documented_and_vice_versa() -> None:
         metrics.nominated(["c"], cluster_queue="q", algorithm="a")
         metrics.observe_decision_latency(0.1, cluster_queue="q", algorithm="a")
         metrics.observe_time_to_admission(1.0, cluster_queue="q", cluster="c")
+        metrics.predicted_wait("c", 60.0)
+        metrics.observe_predicted_start_error(5.0, cluster="c")
         metrics.set_in_flight("c", 1)
         metrics.set_connection_state("c", ConnectionState.DISCONNECTED)
         metrics.error("api")
