@@ -11,6 +11,7 @@ MultiKueueCluster, so both candidates are inactive: the real pipeline drops both
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -384,3 +385,60 @@ async def test_a_write_publishes_the_in_flight_gauge_of_the_clusters_it_changed_
             for labels, value in env.samples()["multikueue_dispatcher_in_flight_nominations"]
         }
         assert gauge == {"w1": 1.0, "w2": 1.0, "w3": 1.0, "w4": 1.0, "w5": 1.0}
+
+
+def nominate_w1_predicted(
+    request: DispatchRequest, snapshots: Sequence[ClusterSnapshot]
+) -> Decision:
+    """A stub decision nominating w1 where it predicts a 300 s wait."""
+    return Decision(
+        "stub", ("w1",), "w1 in 300 s", predictions={"w1": request.now + 300.0, "w2": 0.0}
+    )
+
+
+async def test_a_predicted_wait_is_published_and_its_error_observed_at_admission() -> None:
+    """Issue 18 item 2: the nomination publishes the predicted wait of the nominated cluster
+    (not of the others the decision predicted), and the admission on it observes how far off
+    it was, with its direction."""
+    async with loop(nominate_w1_predicted, run=False) as env:
+        await env.nominator.reconcile(KEY)
+        await env.wait(lambda: env.nominated() == ("w1",))
+        wait = env.samples()["multikueue_dispatcher_predicted_wait_seconds"]
+        assert wait == [({"cluster": "w1", "replica_role": "standalone"}, 300.0)]
+        predicted = env.nominator.records[KEY].predicted["w1"]
+        admitted = datetime.datetime.fromtimestamp(int(predicted) + 41, datetime.UTC)
+        status = {
+            "clusterName": "w1",
+            "nominatedClusterNames": None,
+            "conditions": [
+                *ELIGIBLE["conditions"],
+                {
+                    "type": "Admitted",
+                    "status": "True",
+                    "reason": "Admitted",
+                    "message": "admitted on w1",
+                    "lastTransitionTime": admitted.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                },
+            ],
+        }
+        await env.api.request(
+            "PATCH",
+            WORKLOADS.path("team-a", "wl") + "/status",
+            body={"status": status},
+            content_type=MERGE,
+        )
+        await env.wait(
+            lambda: (
+                (env.registry.manager.cache("workloads").get("wl", "team-a") or {})
+                .get("status", {})
+                .get("clusterName")
+                == "w1"
+            )
+        )
+        await env.nominator.reconcile(KEY)
+        samples = env.samples()
+    [(labels, count)] = samples["multikueue_dispatcher_predicted_start_error_seconds_count"]
+    [(_, total)] = samples["multikueue_dispatcher_predicted_start_error_seconds_sum"]
+    assert labels == {"cluster": "w1", "direction": "late", "replica_role": "standalone"}
+    assert count == 1.0
+    assert 40.0 < total <= 41.0
