@@ -29,6 +29,7 @@ from dispatcher.sandbox.topology import WorkloadLine
 pytestmark = [pytest.mark.slow, pytest.mark.crds]
 
 RUN = 20.0
+SLACK = 10.0
 
 
 def a100_job(name: str) -> WorkloadLine:
@@ -75,8 +76,10 @@ async def test_a_waiting_job_is_nominated_with_its_predicted_start(backend: ApiB
     message = str(events[0]["message"])
     predicted = re.search(r"predicted start in (\d+)s", message)
     assert predicted is not None, message
-    # The holder runs RUN seconds from its admission, which was before this decision.
-    assert 1 <= int(predicted[1]) <= RUN, message
+    # The holder runs RUN seconds from its admission, which was before this decision; the run
+    # time the mirror saw of the first Job is RUN plus the delays of the cluster's Job runner
+    # and of Kueue's status updates (a second or two on real Kueue), hence the slack.
+    assert 1 <= int(predicted[1]) <= RUN + SLACK, message
     await backend.wait_workload(
         "ps-waiter",
         lambda w: cluster_of(w) == "worker1" and is_true(w, "Admitted"),
