@@ -52,7 +52,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
 
-from dispatcher.kueue.flavorfit import assign_flavors
+from dispatcher.kueue.flavorfit import FitResult, assign_flavors
 from dispatcher.kueue.objects import (
     LOWER_OR_NEWER_EQUAL_PRIORITY,
     LOWER_PRIORITY,
@@ -446,16 +446,7 @@ def evaluate(
     if found is None:
         return waiting
     victims, trial = found
-    return Evaluation(
-        key,
-        cq_name,
-        "preempt",
-        f"Pending the preemption of {len(victims)} workload(s)",
-        flavors=target.flavors,
-        usage=target.usage,
-        borrowing=_borrowing(trial, cq_name, target.usage),
-        victims=tuple(victims),
-    )
+    return _preempting(key, cq_name, target, victims, _borrowing(trial, cq_name, target.usage))
 
 
 State = TypeVar("State")
@@ -539,6 +530,17 @@ def evaluate_available(
     if found is None:
         return waiting
     victims, _ = found
+    return _preempting(key, cq_name, target, victims)
+
+
+def _preempting(
+    key: str,
+    cq_name: str,
+    target: FitResult,
+    victims: Sequence[ReservingWorkload],
+    borrowing: Mapping[FlavorResource, int] | None = None,
+) -> Evaluation:
+    """A ``preempt`` evaluation: the flavors and usage of ``target`` once ``victims`` are gone."""
     return Evaluation(
         key,
         cq_name,
@@ -546,6 +548,7 @@ def evaluate_available(
         f"Pending the preemption of {len(victims)} workload(s)",
         flavors=target.flavors,
         usage=target.usage,
+        borrowing=borrowing or frozen_map(),
         victims=tuple(victims),
     )
 
