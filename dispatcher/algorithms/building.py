@@ -120,9 +120,9 @@ def snapshot_from_objects(
     """A worker's snapshot for one workload's ``namespace/queue_name`` from its mirrored objects.
 
     Follows LocalQueue → ClusterQueue (contract C69) and computes the cohort's lending room from
-    the other ClusterQueues of the cohort. ``holders`` are the worker's Workloads holding quota
-    (any ClusterQueue: those of the workload's are kept); ``run_seconds`` how long the
-    workloads of the workload's ClusterQueue ran.
+    the other ClusterQueues of the cohort. ``holders`` are the Workloads holding quota in the
+    workload's ClusterQueue, ``run_seconds`` how long that ClusterQueue's finished workloads
+    ran, sorted (both taken as they are: building a snapshot must not cost a pass over them).
     """
     cqs = {cq.name: cq for cq in cluster_queues}
     lq = next((q for q in local_queues if q.namespace == namespace and q.name == queue_name), None)
@@ -141,8 +141,8 @@ def snapshot_from_objects(
         cohort_limit=frozen_map(limit),
         pending=tuple(pending),
         in_flight=tuple(in_flight),
-        holders=tuple(h for h in holders if cq is not None and h.cluster_queue == cq.name),
-        run_seconds=tuple(sorted(run_seconds)),
+        holders=tuple(holders) if cq is not None else (),
+        run_seconds=tuple(run_seconds) if cq is not None else (),
         gpu_types=cluster_gpu_types(
             flavor_map.values(),
             cluster_queue=cq,

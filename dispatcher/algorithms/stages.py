@@ -261,11 +261,7 @@ def _predicted_start(
     if not own and shape is not None and key in forecasts:
         known = forecasts[key]  # made at an earlier decision on this same snapshot
         return None if known is None else max(request.now, known)
-    if request.key in _in_flight_keys(cluster):
-        available, _, holders = _replay_in_flight(cluster, cq, exclude=request.key)
-    else:
-        base = _base_quota(cluster, cq)
-        available, holders = dict(base.after_in_flight), list(base.holders_after_in_flight)
+    available, holders = _after_in_flight(request, cluster, cq)
     samples = cluster.run_seconds
     placed = {h.key for h in holders}
     running = [
@@ -304,17 +300,12 @@ def _disruption(
     if fit.fits_now:
         return Disruption("fit")
     cq = cluster.cluster_queue
-    if (
-        cq is None
-        or not fit.fits_ever
-        or not _may_preempt_any(cq, request.priority, cluster.holders)
-    ):
+    if cq is None or not fit.fits_ever or not cq.policy.preempts:
         return Disruption("wait")
-    if request.key in _in_flight_keys(cluster):
-        available, _, holders = _replay_in_flight(cluster, cq, exclude=request.key)
-    else:
-        base = _base_quota(cluster, cq)
-        available, holders = dict(base.after_in_flight), list(base.holders_after_in_flight)
+    floor = _base_quota(cluster, cq).holders.floor
+    if floor is None or floor >= request.priority:
+        return Disruption("wait")  # a copy is newer than every holder: only lower priorities
+    available, holders = _after_in_flight(request, cluster, cq)
     plan = evaluate_available(
         _preemptor(request.key, cq.name, request.pod_sets, request.priority),
         cq,
@@ -327,18 +318,22 @@ def _disruption(
     return Disruption("wait")
 
 
+def _after_in_flight(
+    request: DispatchRequest, cluster: ClusterSnapshot, cq: ClusterQueueView
+) -> tuple[dict[FlavorResource, int], list[ReservingWorkload]]:
+    """The quota free and the holders once the in-flight workloads (the request aside) are
+    placed."""
+    if request.key in _in_flight_keys(cluster):
+        available, _, holders = _replay_in_flight(cluster, cq, exclude=request.key)
+        return available, holders.listed()
+    base = _base_quota(cluster, cq)
+    return dict(base.after_in_flight), base.holders.listed()
+
+
 def _preemptor(
     key: str, cq: str, pod_sets: tuple[PodSetView, ...], priority: int
 ) -> PendingWorkload:
     return PendingWorkload(key, cq, pod_sets, priority, LATEST)
-
-
-def _may_preempt_any(
-    cq: ClusterQueueView, priority: int, holders: Sequence[ReservingWorkload]
-) -> bool:
-    """Whether a workload of ``priority`` could preempt anything among ``holders`` of ``cq``
-    (a copy is newer than every holder, so only lower priorities can be victims)."""
-    return cq.policy.preempts and any(h.priority < priority for h in holders)
 
 
 def _shape(pod_sets: Sequence[PodSetView]) -> tuple[Any, ...] | None:
@@ -478,14 +473,51 @@ def _fit_uncached(
     )
 
 
+@dataclass(slots=True)
+class _Holders:
+    """The holders of a snapshot once its in-flight workloads are placed, kept as changes to
+    the snapshot's own tuple (copying thousands of holders per decision of a burst would cost
+    more than the decision): the in-flight workloads that reserve are added, the victims their
+    preemptions claim are gone. :meth:`listed` makes the list when it is needed (a preemption
+    or a forecast)."""
+
+    base: tuple[ReservingWorkload, ...]
+    gone: set[str] = field(default_factory=set)
+    added: list[ReservingWorkload] = field(default_factory=list)
+    floor: int | None = None
+    """A lower bound of the holders' priorities (``None``: no holder)."""
+
+    @classmethod
+    def of(cls, cluster: ClusterSnapshot) -> _Holders:
+        """The snapshot's own holders, nothing placed yet."""
+        floor = cluster.derived.get("holder-floor", _UNSET)
+        if floor is _UNSET:
+            floor = cluster.derived["holder-floor"] = min(
+                (h.priority for h in cluster.holders), default=None
+            )
+        return cls(cluster.holders, floor=floor)
+
+    def copy(self) -> _Holders:
+        return _Holders(self.base, set(self.gone), list(self.added), self.floor)
+
+    def add(self, holder: ReservingWorkload) -> None:
+        self.added.append(holder)
+        self.floor = holder.priority if self.floor is None else min(self.floor, holder.priority)
+
+    def listed(self) -> list[ReservingWorkload]:
+        """The holders now."""
+        if not self.gone:
+            return [*self.base, *self.added]
+        return [h for h in (*self.base, *self.added) if h.key not in self.gone]
+
+
 @dataclass(frozen=True, slots=True)
 class _BaseQuota:
     ceiling: Mapping[FlavorResource, int]
     after_in_flight: Mapping[FlavorResource, int]
     queued_in_flight: int
-    holders_after_in_flight: tuple[ReservingWorkload, ...] = ()
-    """The holders once the in-flight workloads are placed: those they would preempt gone,
-    the in-flight workloads that reserve added."""
+    holders: _Holders
+    """The holders once the in-flight workloads are placed (not to be changed: copy it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -494,7 +526,7 @@ class _ReplaySeed:
     """How many of the snapshot's in-flight workloads the seed already placed."""
     available: Mapping[FlavorResource, int]
     queued: int
-    holders: tuple[ReservingWorkload, ...] = ()
+    holders: _Holders
 
 
 def continue_replay(snapshot: ClusterSnapshot, previous: ClusterSnapshot) -> bool:
@@ -509,14 +541,13 @@ def continue_replay(snapshot: ClusterSnapshot, previous: ClusterSnapshot) -> boo
         or snapshot.cluster_queue != previous.cluster_queue
         or snapshot.flavors != previous.flavors
         or snapshot.cohort_room != previous.cohort_room
+        or (snapshot.holders is not previous.holders and snapshot.holders != previous.holders)
         or len(new) < len(old)
         or any(a is not b for a, b in zip(old, new, strict=False))
     ):
         return False
-    if snapshot.holders != previous.holders:
-        return False
     snapshot.derived["replay-seed"] = _ReplaySeed(
-        len(old), base.after_in_flight, base.queued_in_flight, base.holders_after_in_flight
+        len(old), base.after_in_flight, base.queued_in_flight, base.holders
     )
     return True
 
@@ -529,7 +560,7 @@ def _base_quota(cluster: ClusterSnapshot, cq: ClusterQueueView) -> _BaseQuota:
     seed = cluster.derived.pop("replay-seed", None)
     if isinstance(seed, _ReplaySeed):
         available = dict(seed.available)
-        holders = list(seed.holders)
+        holders = seed.holders.copy()
         queued = seed.queued + _replay(
             cluster, cq, available, cluster.in_flight[seed.replayed :], None, holders
         )
@@ -539,7 +570,7 @@ def _base_quota(cluster: ClusterSnapshot, cq: ClusterQueueView) -> _BaseQuota:
         ceiling=frozen_map(capacity_ceiling(cq, cluster.cohort_limit)),
         after_in_flight=frozen_map(available),
         queued_in_flight=queued,
-        holders_after_in_flight=tuple(holders),
+        holders=holders,
     )
     cluster.derived["base-quota"] = base
     return base
@@ -547,11 +578,11 @@ def _base_quota(cluster: ClusterSnapshot, cq: ClusterQueueView) -> _BaseQuota:
 
 def _replay_in_flight(
     cluster: ClusterSnapshot, cq: ClusterQueueView, exclude: str | None
-) -> tuple[dict[FlavorResource, int], int, list[ReservingWorkload]]:
+) -> tuple[dict[FlavorResource, int], int, _Holders]:
     """Quota left after placing the in-flight workloads in order, how many stay queued, and
     the holders then."""
     available = available_now(cq, cluster.cohort_room)
-    holders = list(cluster.holders)
+    holders = _Holders.of(cluster)
     return available, _replay(cluster, cq, available, cluster.in_flight, exclude, holders), holders
 
 
@@ -561,7 +592,7 @@ def _replay(
     available: dict[FlavorResource, int],
     workloads: Sequence[QueuedWorkload],
     exclude: str | None,
-    holders: list[ReservingWorkload],
+    holders: _Holders,
 ) -> int:
     """Place ``workloads`` in order into ``available`` (consumed); how many stay queued.
 
@@ -571,33 +602,28 @@ def _replay(
     same victims (least disruption never plans two preemptions of one workload)."""
     queued = 0
     preempts = cq.policy.preempts
-    floor = min((h.priority for h in holders), default=None) if preempts else None
     for other in workloads:
         if other.key == exclude:
             continue
         placed = assign_flavors(other.pod_sets, cq, cluster.flavors, available)
         if placed.fits:
             _consume(available, placed.usage)
-            holders.append(_in_flight_holder(other, cq.name, placed.usage))
-            if preempts:
-                floor = other.priority if floor is None else min(floor, other.priority)
+            holders.add(_in_flight_holder(other, cq.name, placed.usage))
             continue
-        if floor is not None and floor < other.priority:
+        if preempts and holders.floor is not None and holders.floor < other.priority:
             plan = evaluate_available(
                 _preemptor(other.key, cq.name, other.pod_sets, other.priority),
                 cq,
                 cluster.flavors,
                 available,
-                holders,
+                holders.listed(),
             )
             if plan.mode == "preempt":
-                gone = {v.key for v in plan.victims}
-                holders[:] = [h for h in holders if h.key not in gone]
+                holders.gone.update(v.key for v in plan.victims)
                 for victim in plan.victims:
                     _consume(available, {fr: -amount for fr, amount in victim.usage.items()})
                 _consume(available, plan.usage)
-                holders.append(_in_flight_holder(other, cq.name, plan.usage))
-                floor = min((h.priority for h in holders), default=None)
+                holders.add(_in_flight_holder(other, cq.name, plan.usage))
                 continue
         queued += 1
     return queued

@@ -464,6 +464,8 @@ class _Kueue:
         """Run times of the workloads that finished here, per ClusterQueue (the statistics
         the dispatcher's mirror keeps: the most recent ``MAX_SAMPLES``)."""
         self._sorted_runs: dict[str, tuple[float, ...]] = {}
+        self._holders_version = -1
+        self._holders_by_queue: dict[str, tuple[ReservingWorkload, ...]] = {}
 
     def finished_run(self, cq: str, seconds: float) -> None:
         """A workload of ``cq`` finished after running ``seconds``."""
@@ -527,6 +529,16 @@ class _Kueue:
         self.released = True
         self.version += 1
         return gone
+
+    def holders_in(self, cq: str | None) -> tuple[ReservingWorkload, ...]:
+        """The entries holding quota in ``cq`` (made once per change of this Kueue)."""
+        if self._holders_version != self.version:
+            by_queue: dict[str, list[ReservingWorkload]] = {}
+            for holder in self.holders():
+                by_queue.setdefault(holder.cluster_queue, []).append(holder)
+            self._holders_by_queue = {name: tuple(found) for name, found in by_queue.items()}
+            self._holders_version = self.version
+        return self._holders_by_queue.get(cq or "", ())
 
     def holders(self) -> list[ReservingWorkload]:
         """The entries holding quota, as possible preemption victims."""
@@ -961,7 +973,7 @@ class Simulation:
             taints=model.taints,
             pending=pending,
             in_flight=in_flight,
-            holders=kueue.holders(),
+            holders=kueue.holders_in(cq_name),
             run_seconds=kueue.run_seconds(cq_name),
         )
         self._snap_cache[cache_key] = (stamp, snap)
