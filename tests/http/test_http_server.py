@@ -167,6 +167,8 @@ async def test_metrics_scrape_shows_the_documented_series_with_their_types() -> 
         metrics.nominated(["worker-h100"], cluster_queue="cq-gpu", algorithm="capacity-first")
         metrics.observe_decision_latency(0.002, cluster_queue="cq-gpu", algorithm="capacity-first")
         metrics.observe_time_to_admission(4.0, cluster_queue="cq-gpu", cluster="worker-h100")
+        metrics.predicted_wait("worker-h100", 120.0)
+        metrics.observe_predicted_start_error(8.0, cluster="worker-h100")
         metrics.set_in_flight("worker-h100", 1)
         metrics.set_connection_state("worker-h100", ConnectionState.CONNECTED)
         metrics.error("api")
