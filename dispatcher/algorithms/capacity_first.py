@@ -202,6 +202,11 @@ class LeastDisruptionScorer:
     tier: int = TIER_DISRUPTION
     weight: float = 1.0
 
+    def applies(self, request: DispatchRequest, ctx: StageContext) -> bool:
+        """Only where the workload fits now nowhere: else a cluster where it fits now ranks
+        first whatever this would say (and the selector asks itself when widening)."""
+        return not ctx.fits_somewhere_now()
+
     def score(
         self, request: DispatchRequest, cluster: ClusterSnapshot, ctx: StageContext
     ) -> tuple[float, str]:
@@ -282,6 +287,10 @@ class PredictedStartScorer:
     name: str = PREDICTED_START_SCORER
     tier: int = TIER_START
     weight: float = 1.0
+
+    def applies(self, request: DispatchRequest, ctx: StageContext) -> bool:
+        """Only where the workload fits now nowhere (else it starts now where it fits)."""
+        return not ctx.fits_somewhere_now()
 
     def score(
         self, request: DispatchRequest, cluster: ClusterSnapshot, ctx: StageContext

@@ -228,6 +228,18 @@ class StageContext:
             cached = self._disruptions[cluster.name] = _disruption(self.request, cluster, self)
         return cached
 
+    def fits_somewhere_now(self) -> bool:
+        """Whether the request fits now on a candidate still kept (computed once): then where it
+        must wait, or would preempt, ranks below anyway, and neither is worked out for a
+        score."""
+        found = self.memo.get("fits-somewhere-now")
+        if found is None:
+            found = self.memo["fits-somewhere-now"] = any(
+                snap.active and snap.name not in self.dropped and self.fit(snap).fits_now
+                for snap in self.snapshots.values()
+            )
+        return bool(found)
+
     def predicted_start(self, cluster: ClusterSnapshot) -> float | None:
         """When the request would start on ``cluster`` (epoch seconds): now where it fits now
         or would preempt, else the forecast of :mod:`dispatcher.kueue.forecast` (``None``:
@@ -252,9 +264,9 @@ def _predicted_start(
         return None
     if ctx.disruption(cluster).mode == "preempt":
         return request.now
-    own = request.key in _in_flight_keys(cluster) or any(
-        p.key == request.key for p in cluster.pending
-    )
+    if not cluster.run_seconds and not _limited_holders(cluster):
+        return None  # no run time observed, no limit: no quota there has a known release
+    own = request.key in _in_flight_keys(cluster) or request.key in _pending_keys(cluster)
     shape = ctx.shape()
     forecasts: dict[tuple[Any, int], float | None] = cluster.derived.setdefault("forecasts", {})
     key = (shape, request.priority)
@@ -275,7 +287,7 @@ def _predicted_start(
     ]
     queued = [p for p in cluster.pending if p.priority >= request.priority and p.key != request.key]
     # An in-flight nomination whose copy is already queued there is in both lists.
-    listed = {p.key for p in cluster.pending}
+    listed = _pending_keys(cluster)
     queued += [
         w
         for w in cluster.in_flight
@@ -477,38 +489,41 @@ def _fit_uncached(
 class _Holders:
     """The holders of a snapshot once its in-flight workloads are placed, kept as changes to
     the snapshot's own tuple (copying thousands of holders per decision of a burst would cost
-    more than the decision): the in-flight workloads that reserve are added, the victims their
-    preemptions claim are gone. :meth:`listed` makes the list when it is needed (a preemption
-    or a forecast)."""
+    more than the decision): the in-flight workloads that reserve are added (as they were
+    placed; made into holders only when listed), the victims their preemptions claim are gone.
+    :meth:`listed` makes the list when it is needed (a preemption or a forecast)."""
 
     base: tuple[ReservingWorkload, ...]
+    cq: str
     gone: set[str] = field(default_factory=set)
-    added: list[ReservingWorkload] = field(default_factory=list)
+    added: list[tuple[QueuedWorkload, Mapping[FlavorResource, int]]] = field(default_factory=list)
     floor: int | None = None
     """A lower bound of the holders' priorities (``None``: no holder)."""
 
     @classmethod
-    def of(cls, cluster: ClusterSnapshot) -> _Holders:
+    def of(cls, cluster: ClusterSnapshot, cq: str) -> _Holders:
         """The snapshot's own holders, nothing placed yet."""
         floor = cluster.derived.get("holder-floor", _UNSET)
         if floor is _UNSET:
             floor = cluster.derived["holder-floor"] = min(
                 (h.priority for h in cluster.holders), default=None
             )
-        return cls(cluster.holders, floor=floor)
+        return cls(cluster.holders, cq, floor=floor)
 
     def copy(self) -> _Holders:
-        return _Holders(self.base, set(self.gone), list(self.added), self.floor)
+        return _Holders(self.base, self.cq, set(self.gone), list(self.added), self.floor)
 
-    def add(self, holder: ReservingWorkload) -> None:
-        self.added.append(holder)
-        self.floor = holder.priority if self.floor is None else min(self.floor, holder.priority)
+    def add(self, workload: QueuedWorkload, usage: Mapping[FlavorResource, int]) -> None:
+        self.added.append((workload, usage))
+        priority = workload.priority
+        self.floor = priority if self.floor is None else min(self.floor, priority)
 
     def listed(self) -> list[ReservingWorkload]:
         """The holders now."""
+        placed = [_in_flight_holder(w, self.cq, usage) for w, usage in self.added]
         if not self.gone:
-            return [*self.base, *self.added]
-        return [h for h in (*self.base, *self.added) if h.key not in self.gone]
+            return [*self.base, *placed]
+        return [h for h in (*self.base, *placed) if h.key not in self.gone]
 
 
 @dataclass(frozen=True, slots=True)
@@ -582,7 +597,7 @@ def _replay_in_flight(
     """Quota left after placing the in-flight workloads in order, how many stay queued, and
     the holders then."""
     available = available_now(cq, cluster.cohort_room)
-    holders = _Holders.of(cluster)
+    holders = _Holders.of(cluster, cq.name)
     return available, _replay(cluster, cq, available, cluster.in_flight, exclude, holders), holders
 
 
@@ -608,7 +623,7 @@ def _replay(
         placed = assign_flavors(other.pod_sets, cq, cluster.flavors, available)
         if placed.fits:
             _consume(available, placed.usage)
-            holders.add(_in_flight_holder(other, cq.name, placed.usage))
+            holders.add(other, placed.usage)
             continue
         if preempts and holders.floor is not None and holders.floor < other.priority:
             plan = evaluate_available(
@@ -623,7 +638,7 @@ def _replay(
                 for victim in plan.victims:
                     _consume(available, {fr: -amount for fr, amount in victim.usage.items()})
                 _consume(available, plan.usage)
-                holders.add(_in_flight_holder(other, cq.name, plan.usage))
+                holders.add(other, plan.usage)
                 continue
         queued += 1
     return queued
@@ -669,7 +684,14 @@ class Filter(Protocol):
 
 @runtime_checkable
 class Scorer(Protocol):
-    """Gives a cluster a number; higher is better."""
+    """Gives a cluster a number; higher is better.
+
+    A scorer may also define ``applies(request, ctx) -> bool``: when it answers false for a
+    decision, the scorer is left out of that decision altogether (no component on any cluster),
+    which costs nothing per cluster. The built-in ``least-disruption`` and ``predicted-start``
+    apply only when the workload fits now on no kept cluster. An exception from ``applies``
+    counts as the scorer's failure (skipped, reported in the decision's errors).
+    """
 
     @property
     def name(self) -> str:
@@ -823,6 +845,9 @@ class Pipeline:
                 )
         for scorer, source in self.scorers:
             try:
+                applies = getattr(scorer, "applies", None)
+                if applies is not None and not applies(request, ctx):
+                    continue
                 results: dict[str, ScoreComponent] = {}
                 for snap in alive:
                     raw = scorer.score(request, snap, ctx)
@@ -907,6 +932,25 @@ class Pipeline:
                 {name: at for name, at in ctx.predictions.items() if at is not None}
             ),
         )
+
+
+def _limited_holders(cluster: ClusterSnapshot) -> bool:
+    """Whether a holder of ``cluster`` or one of our in-flight workloads there has a
+    ``maximumExecutionTimeSeconds`` (derived once per snapshot)."""
+    found = cluster.derived.get("limited-holders")
+    if found is None:
+        found = cluster.derived["limited-holders"] = any(
+            h.max_execution_seconds is not None for h in cluster.holders
+        ) or any(w.max_execution_seconds is not None for w in cluster.in_flight)
+    return bool(found)
+
+
+def _pending_keys(cluster: ClusterSnapshot) -> frozenset[str]:
+    """The keys of ``cluster``'s pending workloads, derived once per snapshot."""
+    keys: frozenset[str] | None = cluster.derived.get("pending-key-set")
+    if keys is None:
+        keys = cluster.derived["pending-key-set"] = frozenset(p.key for p in cluster.pending)
+    return keys
 
 
 def _in_flight_keys(cluster: ClusterSnapshot) -> frozenset[str]:

@@ -142,6 +142,17 @@ def predicted_start(
     """
     if len(ahead) > MAX_AHEAD:
         return None
+    if assign_flavors(pod_sets, cluster_queue, flavors, available).fits and not ahead:
+        return now
+    # Even with every holder gone whose end can ever be known, does it fit? If not, no future
+    # tells when (one flavor assignment instead of a replay per future).
+    releasable = dict(available)
+    for holder in running:
+        if samples or holder.max_execution is not None:
+            for fr, amount in holder.usage.items():
+                releasable[fr] = releasable.get(fr, 0) + amount
+    if not assign_flavors(pod_sets, cluster_queue, flavors, releasable).fits:
+        return None
     starts: list[float] = []
     for draw in range(DRAWS):
         offset = (draw + 0.5) / DRAWS

@@ -29,18 +29,16 @@ def test_verdicts_name_the_filter_the_reason_and_the_score_components() -> None:
     assert {s.scorer: s.value for s in best.scores} == {
         "gpu-preference": 0.0,
         "fits-now": 1.0,
-        "least-disruption": 1.0,
         "backlog": 1.0,
         "most-free": 0.25,
-        "predicted-start": 1.0,
         "queue-ahead": 1.0,
         "spare-gpu-clusters": 0.0,
     }
     assert full.fits_now is False
     assert "requested 2, available 0" in full.reason
-    # Full, and nothing there holds quota it may preempt: it can only wait.
-    disruption = next(s for s in full.scores if s.scorer == "least-disruption")
-    assert (disruption.value, disruption.detail) == (0.0, "nothing there may be preempted")
+    # Full, and h100-free fits now: what admitting it on h100-full would preempt, or when it
+    # would start there, is not worked out (it ranks below h100-free either way).
+    assert {s.scorer for s in full.scores}.isdisjoint({"least-disruption", "predicted-start"})
 
     text = describe_decision(decision)
     assert text.splitlines()[0].startswith("gpu-type-affinity+capacity-first: nominate h100-free")
