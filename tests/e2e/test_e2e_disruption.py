@@ -108,6 +108,9 @@ async def test_capacity_first_alone_preempts_on_two_workers(backend: ApiBackend)
     await backend.set_dispatcher_env({OPTIONS_ENV: ignore})
     try:
         preempted = await contend(backend, "ld-ignore")
+        # The victims' requeue on the manager ends the scenario on both backends alike.
+        for name in ("ld-ignore-a100-a", "ld-ignore-a100-b", "ld-ignore-h100"):
+            await backend.wait_workload(name, lambda w: cluster_of(w) is None, "requeued")
     finally:
         await backend.set_dispatcher_env({})
     assert preempted == {

@@ -10,6 +10,7 @@ on worker1 once that one finished.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import AsyncIterator
 
@@ -24,6 +25,7 @@ from e2e_backend import (
     manager_events,
 )
 
+from dispatcher.app.settings import ENV_PREFIX
 from dispatcher.sandbox.topology import WorkloadLine
 
 pytestmark = [pytest.mark.slow, pytest.mark.crds]
@@ -47,9 +49,16 @@ def a100_job(name: str) -> WorkloadLine:
 
 @pytest.fixture(autouse=True)
 async def clean(backend: ApiBackend) -> AsyncIterator[None]:
+    """The e2e settings file turns the predicted start off (manifests/overlays/kind/config.yaml);
+    this scenario runs the dispatcher with it on, as the product's default is."""
     await backend.reset()
-    yield
-    await backend.reset()
+    on = json.dumps({"capacity-first": {"predicted_start": True}})
+    await backend.set_dispatcher_env({f"{ENV_PREFIX}ALGORITHM_OPTIONS": on})
+    try:
+        yield
+    finally:
+        await backend.reset()
+        await backend.set_dispatcher_env({})
 
 
 def finished(workload: dict[str, object] | None) -> bool:
