@@ -213,9 +213,7 @@ class StageContext:
         """The request's fit on ``cluster`` (computed on first use, then cached)."""
         cached = self._fits.get(cluster.name)
         if cached is None:
-            if self._shape is _UNSET:
-                self._shape = _shape(self.request.pod_sets)
-            cached = _compute_fit(self.request, cluster, self._shape)
+            cached = _compute_fit(self.request, cluster, self.shape())
             self._fits[cluster.name] = cached
         return cached
 
