@@ -341,10 +341,18 @@ async def test_s13_a_lost_nominated_worker_is_replaced_by_a_reachable_one(
     # Both workers full: the mover is nominated to one and waits there. That worker is lost:
     # the dispatcher nominates the other, where the mover is admitted once capacity frees up,
     # all while the lost worker is still away.
+    # The blockers are the workers' own Jobs: a manager Job admitted on the lost worker would be
+    # evicted once that worker is away for workerLostTimeout (15 s, C29), and whether it came
+    # back before that was a race between the backends' speeds (CI at f7a5279: back in time on
+    # the sandbox, not on real Kueue, whose reconnection waits for its next attempt, C11).
     for worker in WORKERS:
         gpus = 2 if worker == "worker1" else 4
-        await admit(
-            backend, job(f"s13-blocker-{worker}", gpus=gpus, gpu_type=GPU_OF[worker]), worker
+        name = f"s13-blocker-{worker}"
+        await backend.submit_to_worker(worker, job(name, gpus=gpus, gpu_type=GPU_OF[worker]))
+        await backend.wait_for(
+            lambda w=worker, n=name: is_true(backend.workload_of_job_on(w, n), "Admitted") or None,
+            f"{name} admitted by {worker}'s own Kueue",
+            backend.timeouts.short,
         )
     await backend.submit(job("s13-mover", gpus=1))
     initial = await backend.wait_for(
@@ -377,7 +385,7 @@ async def test_s13_a_lost_nominated_worker_is_replaced_by_a_reachable_one(
             f"s13-mover's copy pending on the full {survivor}",
             backend.timeouts.long,
         )
-        await backend.delete_job(f"s13-blocker-{survivor}")
+        await backend.delete_job(f"s13-blocker-{survivor}", survivor)
         await backend.wait_workload(
             "s13-mover", admitted_on(survivor), f"admitted on {survivor} while {lost} is away"
         )
