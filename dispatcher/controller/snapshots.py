@@ -11,7 +11,6 @@ consistent with the in-flight ledger, which is settled from the same Workloads.
 from __future__ import annotations
 
 import bisect
-import collections
 import contextlib
 import dataclasses
 import datetime
@@ -31,7 +30,7 @@ from dispatcher.controller.inflight import InFlight
 from dispatcher.controller.records import parse_time, transition_time
 from dispatcher.k8s.watching import Key, Listed, Listener, Obj, ObjectCache, ObjectEvent, key_text
 from dispatcher.kueue.admission import EPOCH, ReservingWorkload, admission_usage
-from dispatcher.kueue.forecast import MAX_SAMPLES
+from dispatcher.kueue.forecast import RunTimes
 from dispatcher.kueue.objects import (
     ClusterQueueView,
     FlavorResource,
@@ -193,10 +192,9 @@ class WorkerIndex:
         """Jobs on this worker that are not copies of ours (no origin label of this manager):
         a manager Job of one of these names can never run here (the same-name guard)."""
         self._listeners: list[tuple[ObjectCache, Listener]] = []
-        self._runs: dict[str, collections.deque[float]] = {}
-        """Run times of the finished Workloads seen, per ClusterQueue, the most recent
-        :data:`~dispatcher.kueue.forecast.MAX_SAMPLES` (statistics: kept across re-lists)."""
-        self._sorted_runs: dict[str, tuple[float, ...]] = {}
+        self._runs = RunTimes()
+        """Run times of the finished Workloads seen, per ClusterQueue (statistics: kept across
+        re-lists)."""
         self._counted: set[Key] = set()
         """Finished Workloads whose run time is already in ``_runs``."""
         self._reset()
@@ -319,10 +317,7 @@ class WorkerIndex:
 
     def run_seconds(self, cq: str) -> tuple[float, ...]:
         """The run times observed in ClusterQueue ``cq`` (most recent ones), sorted."""
-        found = self._sorted_runs.get(cq)
-        if found is None:
-            found = self._sorted_runs[cq] = tuple(sorted(self._runs.get(cq, ())))
-        return found
+        return self._runs.sorted(cq)
 
     def holders(self, cq: str) -> tuple[ReservingWorkload, ...]:
         """The Workloads holding quota in ClusterQueue ``cq`` (copies of ours or not), by key:
@@ -496,8 +491,7 @@ class WorkerIndex:
         self._entries[key] = entry
         if entry.run is not None and key not in self._counted:
             cq, seconds = entry.run
-            self._runs.setdefault(cq, collections.deque(maxlen=MAX_SAMPLES)).append(seconds)
-            self._sorted_runs.pop(cq, None)
+            self._runs.add(cq, seconds)
         name = f"{key[0]}/{key[1]}"
         if entry.copy:
             self._copies.add(name)

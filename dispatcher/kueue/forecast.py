@@ -30,6 +30,7 @@ The simulator reports its error against what happened (``docs/simulator.md``).
 from __future__ import annotations
 
 import bisect
+import collections
 import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -47,6 +48,7 @@ __all__ = [
     "MAX_AHEAD",
     "MAX_SAMPLES",
     "Ahead",
+    "RunTimes",
     "Running",
     "end_at",
     "predicted_start",
@@ -55,6 +57,33 @@ __all__ = [
 
 MAX_SAMPLES = 256
 """How many recent run times are kept per worker ClusterQueue."""
+
+
+class RunTimes:
+    """How long the workloads that finished ran, per worker ClusterQueue: the most recent
+    :data:`MAX_SAMPLES` of each queue, handed out sorted (sorted once per change).
+
+    The dispatcher's mirror fills it from the finished Workloads it sees; the simulator from
+    the workloads it ends, so both forecast from the same statistics."""
+
+    __slots__ = ("_recent", "_sorted")
+
+    def __init__(self) -> None:
+        self._recent: dict[str, collections.deque[float]] = {}
+        self._sorted: dict[str, tuple[float, ...]] = {}
+
+    def add(self, cq: str, seconds: float) -> None:
+        """A workload of ClusterQueue ``cq`` finished after running ``seconds``."""
+        self._recent.setdefault(cq, collections.deque(maxlen=MAX_SAMPLES)).append(seconds)
+        self._sorted.pop(cq, None)
+
+    def sorted(self, cq: str) -> tuple[float, ...]:
+        """The run times kept for ``cq``, shortest first (empty when none finished there)."""
+        found = self._sorted.get(cq)
+        if found is None:
+            found = self._sorted[cq] = tuple(sorted(self._recent.get(cq, ())))
+        return found
+
 
 MAX_AHEAD = 64
 """The most workloads ahead a forecast replays (with more ahead it is unknown): a forecast runs

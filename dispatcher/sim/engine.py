@@ -54,7 +54,6 @@ outcome of the cycle is the same.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import datetime
 import heapq
@@ -82,7 +81,7 @@ from dispatcher.kueue.admission import (
     ReservingWorkload,
     plan_admissions,
 )
-from dispatcher.kueue.forecast import MAX_SAMPLES
+from dispatcher.kueue.forecast import RunTimes
 from dispatcher.kueue.objects import FlavorResource, PodSetView, frozen_map
 from dispatcher.plugins import PluginHost
 from dispatcher.plugins.host import pipeline_for
@@ -460,27 +459,22 @@ class _Kueue:
         """Pending keys added since the last cycle."""
         self.released = True
         """Quota was released since the last cycle: every pending entry is evaluated again."""
-        self.runs: dict[str, collections.deque[float]] = {}
+        self.runs = RunTimes()
         """Run times of the workloads that finished here, per ClusterQueue (the statistics
-        the dispatcher's mirror keeps: the most recent ``MAX_SAMPLES``)."""
-        self._sorted_runs: dict[str, tuple[float, ...]] = {}
+        the dispatcher's mirror keeps)."""
         self._holders_version = -1
         self._holders_by_queue: dict[str, tuple[ReservingWorkload, ...]] = {}
 
     def finished_run(self, cq: str, seconds: float) -> None:
         """A workload of ``cq`` finished after running ``seconds``."""
-        self.runs.setdefault(cq, collections.deque(maxlen=MAX_SAMPLES)).append(seconds)
-        self._sorted_runs.pop(cq, None)
+        self.runs.add(cq, seconds)
         self.version += 1
 
     def run_seconds(self, cq: str | None) -> tuple[float, ...]:
         """The run times observed in ``cq``, sorted."""
         if cq is None:
             return ()
-        found = self._sorted_runs.get(cq)
-        if found is None:
-            found = self._sorted_runs[cq] = tuple(sorted(self.runs.get(cq, ())))
-        return found
+        return self.runs.sorted(cq)
 
     def add(self, entry: _Entry) -> None:
         self.pending[entry.wl.key] = entry

@@ -11,8 +11,10 @@ import pytest
 from dispatcher.kueue.forecast import (
     DRAWS,
     MAX_AHEAD,
+    MAX_SAMPLES,
     Ahead,
     Running,
+    RunTimes,
     end_at,
     predicted_start,
 )
@@ -186,3 +188,16 @@ def test_the_same_input_gives_the_same_forecast() -> None:
     }
     assert len(runs) == 1
     assert DRAWS % 2 == 1  # a median of an odd number of futures is one of them
+
+
+def test_run_times_keep_the_most_recent_per_queue_sorted() -> None:
+    runs = RunTimes()
+    assert runs.sorted("cq") == ()
+    for seconds in range(MAX_SAMPLES + 10, 0, -1):  # the oldest 10 (the longest) drop out
+        runs.add("cq", float(seconds))
+    runs.add("other", 5.0)
+    assert runs.sorted("cq") == tuple(float(s) for s in range(1, MAX_SAMPLES + 1))
+    assert runs.sorted("other") == (5.0,)
+    runs.add("cq", 0.5)  # a change is seen by the next read (the sorted tuple is made again)
+    assert runs.sorted("cq")[0] == 0.5
+    assert len(runs.sorted("cq")) == MAX_SAMPLES
