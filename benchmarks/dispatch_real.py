@@ -17,13 +17,18 @@ The runs: this dispatcher with its default settings, the same without burst-awar
 - **nominations/s**: Workloads seen nominated on the manager / (last one − submission);
 - **admissions/s**: Workloads with ``clusterName`` / (last one − submission);
 - **copies per admitted workload**: the worker clusters that held a copy of each admitted one;
-- how long it took and whether every Job was admitted.
+- how long it took and whether every Job was admitted;
+- **what Kueue's manager did** (``KueueCounts``): its MultiKueue reconciles per admitted
+  workload, and the GETs of Workloads and Jobs each worker's API server served it, per admitted
+  workload and per second (only the manager's Kueue makes single-object reads there).
 
 Where the time goes: our dispatcher's part is the nominations (it nominates the burst within a
 few seconds); the admissions then wait for Kueue: its manager creates each copy on the nominated
 worker and reads it back through its worker clients, which Kueue v0.19 limits to client-go's
-default 5 QPS per worker per kind (issue 14 item 10, ``docs/kueue-versions.md``). AllAtOnce
-creates a copy on every worker, so it spends three worker clients on each Workload.
+default 5 QPS per worker per kind (issue 14 item 10, ``docs/kueue-versions.md``). Each of its
+reconciles of a Workload reads that Workload on every worker, wherever the copy is: the
+Workload GETs per second on each worker, against that 5 QPS, show how close a run is to the
+ceiling no placement can lift. AllAtOnce also creates a copy on every worker.
 
     .venv/bin/python benchmarks/dispatch_real.py [-N 300] [--only external] [--json F]
 
@@ -39,6 +44,7 @@ import os
 import platform
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +107,7 @@ async def measure(variant: str, n: int, deadline: float) -> dict[str, Any]:
             deadline=deadline,
             settle=deadline,  # until every manager Workload has clusterName (Kueue reads
             # the admissions back through the worker clients, behind the copies' creation)
+            count_kueue=True,
         )
     nominated = sum(1 for f in outcome.followed.values() if f.nominated_at is not None)
     admitted_at = [f.admitted_at for f in outcome.followed.values() if f.admitted_at is not None]
@@ -123,7 +130,39 @@ async def measure(variant: str, n: int, deadline: float) -> dict[str, Any]:
             )
         ),
         "stages": stages(outcome),
+        "kueue": kueue_work(outcome),
     }
+
+
+def kueue_work(outcome: MixOutcome) -> dict[str, Any]:
+    """What the manager's Kueue did for the burst (``KueueCounts``): the single-object
+    requests each worker served on Workloads and Jobs, per admitted workload and per second of
+    the run, and the MultiKueue workload controller's reconciles per admitted workload. Every
+    reconcile of a Workload reads it on every worker (Kueue v0.19.2's ``readGroup``),
+    whichever worker its copy is on."""
+    counts = outcome.kueue_counts
+    if counts is None:
+        return {}
+    admitted = max(outcome.admitted, 1)
+    workers = {
+        cluster: {
+            "by_request": dict(sorted(counted.items())),
+            "gets_per_admitted": round(_gets(counted) / admitted, 2),
+            "gets_per_s": round(_gets(counted) / outcome.seconds, 2),
+        }
+        for cluster, counted in sorted(counts.requests.items())
+    }
+    return {
+        "worker_requests": workers,
+        "multikueue_reconciles_per_admitted": round(
+            counts.reconciles.get("multikueue_workload", 0) / admitted, 2
+        ),
+    }
+
+
+def _gets(counted: Mapping[str, int]) -> int:
+    """Single-object reads of Workloads and Jobs (made by the manager's Kueue only)."""
+    return sum(n for what, n in counted.items() if what.startswith("GET "))
 
 
 def stages(outcome: MixOutcome) -> list[dict[str, Any]]:
@@ -187,6 +226,21 @@ def report(runs: list[dict[str, Any]]) -> str:
                 f"    {stage['stage']:<62} seen {stage['seen']:>4}  median at "
                 f"{stage['median_at_s']}  last at {stage['last_at_s']}  spent "
                 f"{stage['spent_p50_s']}/{stage['spent_p90_s']}"
+            )
+    for run in runs:
+        work = run.get("kueue") or {}
+        if not work:
+            continue
+        lines.append(
+            f"  Kueue's manager, {run['dispatcher']}: "
+            f"{work['multikueue_reconciles_per_admitted']} MultiKueue reconciles per admitted "
+            "workload; GETs each worker served it (per admitted workload, per second of the run), "
+            "and all single-object requests there:"
+        )
+        for cluster, counted in work["worker_requests"].items():
+            lines.append(
+                f"    {cluster:<12} {counted['gets_per_admitted']:>6} per workload  "
+                f"{counted['gets_per_s']:>6}/s  {counted['by_request']}"
             )
     first = runs[0]
     for other in runs[1:]:

@@ -19,6 +19,7 @@ from dispatcher.sandbox.real.build import (
     staging_modules,
 )
 from dispatcher.sandbox.real.finisher import next_status
+from dispatcher.sandbox.real.mix import kueue_counts
 from dispatcher.sandbox.real.plane import (
     PORTS_ENV,
     ControlPlaneError,
@@ -72,23 +73,31 @@ def test_version_ldflags_set_what_kueue_parses_from_version() -> None:
 @pytest.mark.parametrize(
     ("options", "expected"),
     [
-        pytest.param(KueueOptions(), {"multiKueue": None, "gate": None}, id="worker"),
+        pytest.param(
+            KueueOptions(), {"multiKueue": None, "gate": None, "metrics": "0"}, id="worker"
+        ),
+        pytest.param(
+            KueueOptions(metrics=True),
+            {"multiKueue": None, "gate": None, "metrics": "127.0.0.1:9443"},
+            id="metrics-served-on-loopback",
+        ),
         pytest.param(
             KueueOptions(dispatcher_name="example.com/d"),
-            {"multiKueue": "example.com/d", "gate": None},
+            {"multiKueue": "example.com/d", "gate": None, "metrics": "0"},
             id="manager-external",
         ),
         pytest.param(
             KueueOptions(dispatcher_name="example.com/d", merge_patch_gate=True),
-            {"multiKueue": "example.com/d", "gate": True},
+            {"multiKueue": "example.com/d", "gate": True, "metrics": "0"},
             id="manager-with-merge-patch-gate",
         ),
     ],
 )
 def test_kueue_configuration(options: KueueOptions, expected: dict[str, Any]) -> None:
     config = kueue_configuration(
-        options, webhook_port=1234, health_port=5678, cert_dir=Path("/certs")
+        options, webhook_port=1234, health_port=5678, cert_dir=Path("/certs"), metrics_port=9443
     )
+    assert config["metrics"] == {"bindAddress": expected["metrics"]}
     assert config["leaderElection"] == {"leaderElect": False}
     assert config["internalCertManagement"] == {"enable": False}
     assert config["integrations"] == {"frameworks": ["batch/job"]}
@@ -278,3 +287,43 @@ def test_real_port_range_from_the_environment(
     low, high = expected
     if high - low > 1:  # a one-port range may be taken by a control plane of another test
         assert low <= free_port() < high
+
+
+KUEUE_METRICS = """\
+# HELP controller_runtime_reconcile_total Total number of reconciliations per controller
+# TYPE controller_runtime_reconcile_total counter
+controller_runtime_reconcile_total{controller="multikueue_workload",result="success"} 20
+controller_runtime_reconcile_total{controller="multikueue_workload",result="error"} 1
+controller_runtime_reconcile_total{controller="workload",result="success"} 9
+"""
+APISERVER_METRICS = """\
+# HELP apiserver_request_total Counter of apiserver requests.
+# TYPE apiserver_request_total counter
+apiserver_request_total{code="200",resource="workloads",subresource="",verb="GET"} 40
+apiserver_request_total{code="404",resource="workloads",subresource="",verb="GET"} 2
+apiserver_request_total{code="201",resource="workloads",subresource="",verb="POST"} 5
+apiserver_request_total{code="200",resource="workloads",subresource="status",verb="PATCH"} 6
+apiserver_request_total{code="200",resource="workloads",subresource="",verb="LIST"} 3
+apiserver_request_total{code="200",resource="workloads",subresource="",verb="WATCH"} 3
+apiserver_request_total{code="200",resource="pods",subresource="",verb="GET"} 7
+"""
+
+
+def test_kueue_counts_per_worker_and_request_and_since_a_baseline() -> None:
+    counts = kueue_counts(KUEUE_METRICS, {"worker1": APISERVER_METRICS})
+    # codes summed; informer reads (LIST, WATCH) and other resources left out
+    assert counts.requests == {
+        "worker1": {"GET workloads": 42, "POST workloads": 5, "PATCH workloads/status": 6}
+    }
+    assert counts.reconciles == {"multikueue_workload": 21, "workload": 9}
+    before = kueue_counts(
+        KUEUE_METRICS.replace("} 20", "} 5"),
+        {"worker1": APISERVER_METRICS.replace("} 40", "} 10")},
+    )
+    since = counts.minus(before)
+    assert since.requests["worker1"] == {
+        "GET workloads": 30,
+        "POST workloads": 0,
+        "PATCH workloads/status": 0,
+    }
+    assert since.reconciles == {"multikueue_workload": 15, "workload": 0}

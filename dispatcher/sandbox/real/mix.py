@@ -26,6 +26,7 @@ from typing import Any, Literal
 import anyio
 import anyio.abc
 from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from dispatcher.app.manager import Manager
 from dispatcher.sandbox.environment import DISPATCHER_NAME, Remedy, start_dispatcher_with
@@ -116,6 +117,8 @@ class MixOutcome:
     cpu_seconds: float = 0.0
     """This process's CPU time (user + system) from the submission to the end of the run: the
     dispatcher's (when it runs, in this event loop) and the observer's informers."""
+    kueue_counts: KueueCounts | None = None
+    """What the manager's Kueue did during the run (``run_mix(count_kueue=True)``)."""
 
     def passed(self, attribute: str) -> list[float]:
         """The seconds from the submission at which each workload was first seen at the
@@ -248,11 +251,16 @@ async def run_mix(
     time_scale: float = 10.0,
     deadline: float = 240.0,
     settle: float = 10.0,
+    count_kueue: bool = False,
 ) -> MixOutcome:
     """Run ``lines`` (``namespace/name`` keys in ``admittable`` can be admitted) on real
-    Kueue with ``remedy``; see the module docstring."""
+    Kueue with ``remedy``; see the module docstring. With ``count_kueue`` the manager's Kueue
+    serves its metrics and the outcome carries :class:`KueueCounts` for the run."""
     name = {"external": DISPATCHER_NAME} | BUILTIN_DISPATCHERS
-    kueue = KueueOptions(incremental_step_size=1 if dispatcher == "incremental" else None)
+    kueue = KueueOptions(
+        incremental_step_size=1 if dispatcher == "incremental" else None, metrics=count_kueue
+    )
+    counts: KueueCounts | None = None
     async with (
         real_topology(
             directory,
@@ -275,6 +283,7 @@ async def run_mix(
                     DISPATCHER_NAME,
                     {"log_level": "warning"} | dict(settings or {}),
                 )
+            counted = await _read_kueue_counts(running) if count_kueue else None
             started = time.monotonic()
             cpu_started = _cpu()
             async with running.plane.manager.client("mkd-real-mix-submit") as api:
@@ -298,6 +307,8 @@ async def run_mix(
             )
             seconds = time.monotonic() - started
             cpu_seconds = _cpu() - cpu_started
+            if counted is not None:
+                counts = (await _read_kueue_counts(running)).minus(counted)
             async with running.plane.manager.client("mkd-real-mix-events") as api:
                 events = await api.request("GET", "/api/v1/events")
             stuck = sum(1 for e in events.get("items") or [] if e.get("reason") == "AdmissionStuck")
@@ -320,12 +331,83 @@ async def run_mix(
         followed=followed,
         started=started,
         cpu_seconds=cpu_seconds,
+        kueue_counts=counts,
     )
 
 
 def _cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
+
+
+@dataclass(frozen=True)
+class KueueCounts:
+    """Work the manager's Kueue did from the submission to the end of a run:
+    controller-runtime's ``controller_runtime_reconcile_total`` per controller, from Kueue's
+    own metrics, and the single-object requests each worker's API server served on Workloads
+    and Jobs (``apiserver_request_total``; Kueue v0.19.2's controller-runtime no longer counts
+    client requests). On a worker, only the manager's Kueue makes those: the worker's own
+    Kueue and the dispatcher read through informers (LIST and WATCH, left out) and the
+    worker's Kueue writes its copies' status (PATCH, PUT: counted, named by verb)."""
+
+    requests: Mapping[str, Mapping[str, int]]
+    """Worker name -> ``"VERB resource"`` (``resource/subresource``) -> requests."""
+    reconciles: Mapping[str, int]
+    """Controller name -> reconciles."""
+
+    def minus(self, before: KueueCounts) -> KueueCounts:
+        """The counts since ``before``."""
+        return KueueCounts(
+            requests={
+                cluster: {
+                    what: count - before.requests.get(cluster, {}).get(what, 0)
+                    for what, count in counted.items()
+                }
+                for cluster, counted in self.requests.items()
+            },
+            reconciles={
+                name: count - before.reconciles.get(name, 0)
+                for name, count in self.reconciles.items()
+            },
+        )
+
+
+COUNTED_RESOURCES = frozenset({"workloads", "jobs"})
+"""The resources whose requests :class:`KueueCounts` counts on each worker."""
+
+
+def kueue_counts(kueue_text: str, apiservers: Mapping[str, str]) -> KueueCounts:
+    """Read :class:`KueueCounts` from the manager Kueue's metrics text and each worker API
+    server's (``apiservers``: worker name -> its metrics text)."""
+    reconciles: dict[str, int] = {}
+    for family in text_string_to_metric_families(kueue_text):
+        for sample in family.samples:
+            if sample.name == "controller_runtime_reconcile_total":
+                name = sample.labels.get("controller", "?")
+                reconciles[name] = reconciles.get(name, 0) + int(sample.value)
+    requests: dict[str, dict[str, int]] = {}
+    for cluster, text in apiservers.items():
+        counted = requests.setdefault(cluster, {})
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                labels = sample.labels
+                if (
+                    sample.name == "apiserver_request_total"
+                    and labels.get("resource") in COUNTED_RESOURCES
+                    and labels.get("verb") not in ("LIST", "WATCH")
+                ):
+                    resource = labels.get("resource", "")
+                    if labels.get("subresource"):
+                        resource += f"/{labels['subresource']}"
+                    what = f"{labels.get('verb')} {resource}"
+                    counted[what] = counted.get(what, 0) + int(sample.value)
+    return KueueCounts(requests=requests, reconciles=reconciles)
+
+
+async def _read_kueue_counts(running: RealTopology) -> KueueCounts:
+    plane = running.plane
+    apiservers = {name: await w.apiserver_metrics() for name, w in plane.workers.items()}
+    return kueue_counts(await plane.manager.kueue_metrics(), apiservers)
 
 
 @dataclass

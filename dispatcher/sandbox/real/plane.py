@@ -29,6 +29,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import copy
+import dataclasses
 import logging
 import os
 import secrets
@@ -264,10 +265,18 @@ class KueueOptions:
     """``multiKueue.workerLostTimeout`` (Kueue's default is 15 minutes; short for tests)."""
     gc_interval: str = "30s"
     feature_gates: Mapping[str, bool] = field(default_factory=dict)
+    metrics: bool = False
+    """Serve Kueue's Prometheus metrics on loopback (:meth:`RealCluster.kueue_metrics`): the
+    benchmarks read its client-go request counts per worker from there."""
 
 
 def kueue_configuration(
-    options: KueueOptions, *, webhook_port: int, health_port: int, cert_dir: Path
+    options: KueueOptions,
+    *,
+    webhook_port: int,
+    health_port: int,
+    cert_dir: Path,
+    metrics_port: int | None = None,
 ) -> Obj:
     """The Kueue Configuration (v1beta2) the harness runs a cluster's Kueue with."""
     gates: dict[str, bool] = {"VisibilityOnDemand": False}
@@ -279,7 +288,11 @@ def kueue_configuration(
         "kind": "Configuration",
         "namespace": KUEUE_NAMESPACE,
         "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
-        "metrics": {"bindAddress": "0"},
+        "metrics": {
+            "bindAddress": f"127.0.0.1:{metrics_port}"
+            if options.metrics and metrics_port is not None
+            else "0"
+        },
         "webhook": {"host": "127.0.0.1", "port": webhook_port, "certDir": str(cert_dir)},
         "leaderElection": {"leaderElect": False},
         "internalCertManagement": {"enable": False},
@@ -401,6 +414,7 @@ class RealCluster:
         self.apiserver_port = free_port()
         self.webhook_port = free_port()
         self.kueue_health_port = free_port()
+        self.kueue_metrics_port = free_port()
         self.gc_port = free_port()
         self.server = f"https://127.0.0.1:{self.apiserver_port}"
         self.kubeconfig: Obj = _kubeconfig(name, self.server, pki.ca_pem, self.token)
@@ -487,6 +501,38 @@ class RealCluster:
         headers = {"Authorization": f"Bearer {self.token}"} if token else {}
         return await answers_ok(url, ssl_context=context, headers=headers)
 
+    async def kueue_metrics(self) -> str:
+        """Kueue's metrics in the Prometheus text format (Kueue must run with
+        ``KueueOptions.metrics``). Kueue serves them over TLS with the certificate of
+        :func:`ensure_metrics_certs`, which may predate this plane's CA: loopback only, that
+        certificate is not verified; the request carries this cluster's admin token, which
+        Kueue checks with the API server."""
+        if not self.kueue_options.metrics:
+            raise ControlPlaneError(f"{self.name}: Kueue runs without KueueOptions.metrics")
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        return await self._metrics(f"https://127.0.0.1:{self.kueue_metrics_port}/metrics", context)
+
+    async def apiserver_metrics(self) -> str:
+        """kube-apiserver's metrics in the Prometheus text format."""
+        context = ssl.create_default_context(cafile=str(self.pki.ca_cert))
+        return await self._metrics(f"{self.server}/metrics", context)
+
+    async def _metrics(self, url: str, context: ssl.SSLContext) -> str:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(
+                url,
+                ssl=context,
+                headers={"Authorization": f"Bearer {self.token}"},
+                timeout=aiohttp.ClientTimeout(total=30),
+            ) as response,
+        ):
+            if response.status != 200:
+                raise ControlPlaneError(f"{self.name}: {url} answered {response.status}")
+            return await response.text()
+
     async def start_etcd(self) -> None:
         """Start etcd and wait for ``/health``."""
         self.etcd.start()
@@ -568,6 +614,7 @@ class RealCluster:
             webhook_port=self.webhook_port,
             health_port=self.kueue_health_port,
             cert_dir=cert_dir,
+            metrics_port=self.kueue_metrics_port,
         )
         (self.directory / "kueue-config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
 
@@ -734,13 +781,10 @@ async def real_plane(
     ensure_metrics_certs(pki)
     manifests = kueue_manifests()
     manager_options = kueue or KueueOptions()
-    manager_options = KueueOptions(
+    manager_options = dataclasses.replace(
+        manager_options,
         dispatcher_name=dispatcher_name,
         merge_patch_gate=remedy == "gate" or manager_options.merge_patch_gate,
-        incremental_step_size=manager_options.incremental_step_size,
-        worker_lost_timeout=manager_options.worker_lost_timeout,
-        gc_interval=manager_options.gc_interval,
-        feature_gates=manager_options.feature_gates,
     )
     plane = RealPlane(
         directory=directory,
