@@ -588,6 +588,30 @@ class RealCluster:
 
             await wait_until(established, f"{self.name}: Kueue CRDs established", 60)
 
+            # Established is not yet served: the API server's discovery documents take the
+            # new kinds a moment later, and a Kueue started in between exits on "no matches
+            # for kind" (seen in CI under load). Wait until discovery lists every kind.
+            wanted: dict[str, set[str]] = {}
+            for crd in self.manifests.crds:
+                spec = crd["spec"]
+                for version in spec.get("versions") or []:
+                    if version.get("served"):
+                        path = f"/apis/{spec['group']}/{version['name']}"
+                        wanted.setdefault(path, set()).add(spec["names"]["plural"])
+
+            async def discoverable() -> bool:
+                for path, plurals in wanted.items():
+                    try:
+                        listed = await api.request("GET", path)
+                    except KubeError:
+                        return False
+                    names = {r.get("name") for r in (listed or {}).get("resources") or []}
+                    if not plurals <= names:
+                        return False
+                return True
+
+            await wait_until(discoverable, f"{self.name}: Kueue's kinds in discovery", 60)
+
     def _policy_objects(self) -> list[tuple[Resource, Obj]]:
         return [
             (
