@@ -15,10 +15,11 @@ Used by the pitfall-and-remedies test (``tests/real``) and its README table.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import resource
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -31,7 +32,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from dispatcher.app.manager import Manager
 from dispatcher.sandbox.environment import DISPATCHER_NAME, Remedy, start_dispatcher_with
 from dispatcher.sandbox.kubeclient import WORKLOADS, Informer
-from dispatcher.sandbox.real.plane import KueueOptions
+from dispatcher.sandbox.real.plane import ControlPlaneError, KueueOptions, wait_until
 from dispatcher.sandbox.real.topology import RealTopology, real_topology
 from dispatcher.sandbox.serve import BUILTIN_DISPATCHERS
 from dispatcher.sandbox.testkit import samples_of
@@ -252,10 +253,13 @@ async def run_mix(
     deadline: float = 240.0,
     settle: float = 10.0,
     count_kueue: bool = False,
+    expect_stuck: int | None = None,
 ) -> MixOutcome:
     """Run ``lines`` (``namespace/name`` keys in ``admittable`` can be admitted) on real
     Kueue with ``remedy``; see the module docstring. With ``count_kueue`` the manager's Kueue
-    serves its metrics and the outcome carries :class:`KueueCounts` for the run."""
+    serves its metrics and the outcome carries :class:`KueueCounts` for the run. With
+    ``expect_stuck`` the run waits, at most :data:`STUCK_EVENTS_WITHIN` seconds after it
+    settled, until that many ``AdmissionStuck`` Events exist before counting them."""
     name = {"external": DISPATCHER_NAME} | BUILTIN_DISPATCHERS
     kueue = KueueOptions(
         incremental_step_size=1 if dispatcher == "incremental" else None, metrics=count_kueue
@@ -310,8 +314,25 @@ async def run_mix(
             if counted is not None:
                 counts = (await _read_kueue_counts(running)).minus(counted)
             async with running.plane.manager.client("mkd-real-mix-events") as api:
-                events = await api.request("GET", "/api/v1/events")
-            stuck = sum(1 for e in events.get("items") or [] if e.get("reason") == "AdmissionStuck")
+
+                async def stuck_events() -> int:
+                    events = await api.request("GET", "/api/v1/events")
+                    items = events.get("items") or []
+                    return sum(1 for e in items if e.get("reason") == "AdmissionStuck")
+
+                stuck = await stuck_events()
+                if expect_stuck is not None and stuck < expect_stuck:
+                    # The detector reports a workload stuck_after_seconds after its copy's
+                    # admission, and later while Kueue still has copies to make on that
+                    # worker: wait for the expected reports (bounded), then count.
+                    with contextlib.suppress(ControlPlaneError):
+                        await wait_until(
+                            lambda: _at_least(stuck_events, expect_stuck),
+                            f"{expect_stuck} AdmissionStuck Events",
+                            STUCK_EVENTS_WITHIN,
+                            every=0.5,
+                        )
+                    stuck = await stuck_events()
         finally:
             await observer.close()
             group.cancel_scope.cancel()
@@ -333,6 +354,14 @@ async def run_mix(
         cpu_seconds=cpu_seconds,
         kueue_counts=counts,
     )
+
+
+STUCK_EVENTS_WITHIN = 60.0
+"""How long ``run_mix(expect_stuck=N)`` waits for the N ``AdmissionStuck`` Events."""
+
+
+async def _at_least(count: Callable[[], Awaitable[int]], wanted: int) -> bool:
+    return await count() >= wanted
 
 
 def _cpu() -> float:
