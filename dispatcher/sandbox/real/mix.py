@@ -19,7 +19,7 @@ import contextlib
 import logging
 import resource
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -27,7 +27,6 @@ from typing import Any, Literal
 import anyio
 import anyio.abc
 from prometheus_client import generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 
 from dispatcher.app.manager import Manager
 from dispatcher.sandbox.environment import DISPATCHER_NAME, Remedy, start_dispatcher_with
@@ -320,19 +319,21 @@ async def run_mix(
                     items = events.get("items") or []
                     return sum(1 for e in items if e.get("reason") == "AdmissionStuck")
 
-                stuck = await stuck_events()
-                if expect_stuck is not None and stuck < expect_stuck:
+                if expect_stuck is not None:
                     # The detector reports a workload stuck_after_seconds after its copy's
                     # admission, and later while Kueue still has copies to make on that
                     # worker: wait for the expected reports (bounded), then count.
+                    async def enough() -> bool:
+                        return await stuck_events() >= expect_stuck
+
                     with contextlib.suppress(ControlPlaneError):
                         await wait_until(
-                            lambda: _at_least(stuck_events, expect_stuck),
+                            enough,
                             f"{expect_stuck} AdmissionStuck Events",
                             STUCK_EVENTS_WITHIN,
                             every=0.5,
                         )
-                    stuck = await stuck_events()
+                stuck = await stuck_events()
         finally:
             await observer.close()
             group.cancel_scope.cancel()
@@ -358,10 +359,6 @@ async def run_mix(
 
 STUCK_EVENTS_WITHIN = 60.0
 """How long ``run_mix(expect_stuck=N)`` waits for the N ``AdmissionStuck`` Events."""
-
-
-async def _at_least(count: Callable[[], Awaitable[int]], wanted: int) -> bool:
-    return await count() >= wanted
 
 
 def _cpu() -> float:
@@ -403,33 +400,28 @@ class KueueCounts:
 
 COUNTED_RESOURCES = frozenset({"workloads", "jobs"})
 """The resources whose requests :class:`KueueCounts` counts on each worker."""
+INFORMER_VERBS = frozenset({"LIST", "WATCH"})
+"""The reads of informers (the worker's own Kueue, the dispatcher): not counted."""
 
 
 def kueue_counts(kueue_text: str, apiservers: Mapping[str, str]) -> KueueCounts:
     """Read :class:`KueueCounts` from the manager Kueue's metrics text and each worker API
     server's (``apiservers``: worker name -> its metrics text)."""
     reconciles: dict[str, int] = {}
-    for family in text_string_to_metric_families(kueue_text):
-        for sample in family.samples:
-            if sample.name == "controller_runtime_reconcile_total":
-                name = sample.labels.get("controller", "?")
-                reconciles[name] = reconciles.get(name, 0) + int(sample.value)
+    for labels, value in samples_of(kueue_text).get("controller_runtime_reconcile_total", []):
+        name = labels.get("controller", "?")
+        reconciles[name] = reconciles.get(name, 0) + int(value)
     requests: dict[str, dict[str, int]] = {}
     for cluster, text in apiservers.items():
         counted = requests.setdefault(cluster, {})
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                labels = sample.labels
-                if (
-                    sample.name == "apiserver_request_total"
-                    and labels.get("resource") in COUNTED_RESOURCES
-                    and labels.get("verb") not in ("LIST", "WATCH")
-                ):
-                    resource = labels.get("resource", "")
-                    if labels.get("subresource"):
-                        resource += f"/{labels['subresource']}"
-                    what = f"{labels.get('verb')} {resource}"
-                    counted[what] = counted.get(what, 0) + int(sample.value)
+        for labels, value in samples_of(text).get("apiserver_request_total", []):
+            verb, resource = labels.get("verb", ""), labels.get("resource", "")
+            if resource not in COUNTED_RESOURCES or verb in INFORMER_VERBS:
+                continue
+            if labels.get("subresource"):
+                resource += f"/{labels['subresource']}"
+            what = f"{verb} {resource}"
+            counted[what] = counted.get(what, 0) + int(value)
     return KueueCounts(requests=requests, reconciles=reconciles)
 
 

@@ -267,7 +267,7 @@ class KueueOptions:
     feature_gates: Mapping[str, bool] = field(default_factory=dict)
     metrics: bool = False
     """Serve Kueue's Prometheus metrics on loopback (:meth:`RealCluster.kueue_metrics`): the
-    benchmarks read its client-go request counts per worker from there."""
+    benchmarks read its controllers' reconcile counts from there."""
 
 
 def kueue_configuration(
