@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 PLUGIN_DIRS := $(wildcard plugins/*/pyproject.toml)
 KUEUE_CRDS_DIR ?= $(abspath ../shared/kueue-v0.19.2/crds)
 export KUEUE_CRDS_DIR
-# The e2e tests' traces (tests/e2e/e2e_trace.py), one folder per backend and Kueue version, and
+# The e2e tests' traces (sandbox/dispatcher_sandbox/harness/e2e/trace.py), one folder per backend and Kueue version, and
 # the differential report (docs/emulation-fidelity.md). Each run target removes its own folder
 # first, so that a folder only ever holds that run's traces and stale traces never pass.
 TRACE_DIR ?= build/traces
@@ -21,10 +21,10 @@ E2E_REAL_TESTS := tests/e2e/test_e2e_scenarios.py tests/e2e/test_e2e_mix.py test
 
 .PHONY: sandbox test lint typecheck imports unit unit-scenarios unit-rest audit venv clean bench real-binaries e2e-real e2e-v020 outage-real differential new-user-mix
 
-$(STAMP): pyproject.toml $(PLUGIN_DIRS)
+$(STAMP): pyproject.toml sandbox/pyproject.toml $(PLUGIN_DIRS)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip setuptools
-	$(BIN)/python -m pip install --quiet -e '.[sandbox,sim,test]' $(foreach p,$(PLUGIN_DIRS),-e $(dir $(p)))
+	$(BIN)/python -m pip install --quiet -e '.[sim]' -e './sandbox[test]' $(foreach p,$(PLUGIN_DIRS),-e $(dir $(p)))
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -45,11 +45,11 @@ imports: $(STAMP)
 
 ## The real control plane's binaries (etcd, kube-apiserver, kube-controller-manager, Kueue),
 ## built with the go command once per pinned version into ~/.cache/multikueue-dispatcher/bin
-## (dispatcher/sandbox/real/versions.toml). Without go, the real-Kueue tests skip and say why
+## (sandbox/dispatcher_sandbox/real_kueue/versions.toml). Without go, the real-Kueue tests skip and say why
 ## (CI sets REQUIRE_REAL_BACKEND=1, which makes that a failure).
 real-binaries: $(STAMP)
 	@if command -v go >/dev/null 2>&1; then \
-		$(BIN)/python -m dispatcher.sandbox.real.build; \
+		$(BIN)/python -m dispatcher_sandbox.real_kueue.build; \
 	else \
 		echo "go not found: the real-Kueue tests (tests/real, pytest tests/e2e --backend real) will skip"; \
 	fi

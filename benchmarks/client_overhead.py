@@ -1,6 +1,7 @@
 """What one request costs the dispatcher's client: its HTTP session against kubernetes_asyncio's.
 
-A fake API server runs as a separate process (``python -m dispatcher.sandbox.fakeapi``, HTTPS,
+A fake API server runs as a separate process (``python -m dispatcher_sandbox.fake_apiserver``,
+HTTPS,
 a bearer token, the Workload kind without a schema) and holds one Workload. This process then
 sends ``--requests`` sequential server-side-apply status patches of its
 ``nominatedClusterNames`` (the dispatcher's own ``apply_status``, as a nomination writes) through
@@ -34,12 +35,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from dispatcher_sandbox.harness.scenario import counting_executor_calls
 from kubernetes_asyncio import config as k8s_config
 
 from dispatcher.k8s.client import KubeApi, client_from_kubeconfig
 from dispatcher.k8s.patching import apply_status
 from dispatcher.k8s.resources import WORKLOADS
-from dispatcher.sandbox.testkit import counting_executor_calls
 
 KUEUE, VERSION, NAMESPACE, NAME = "kueue.x-k8s.io", "v1beta2", "default", "probe"
 WARM_UP = 20
@@ -51,7 +52,7 @@ def _start_server(directory: Path) -> tuple[subprocess.Popen[str], dict[str, Any
         [
             sys.executable,
             "-m",
-            "dispatcher.sandbox.fakeapi",
+            "dispatcher_sandbox.fake_apiserver",
             "--kubeconfig",
             str(kubeconfig),
             "--resource",

@@ -45,7 +45,7 @@ What is measured:
 - **peak RSS** of this process (the dispatcher), and the server's CPU use during the burst.
 
 Mode (b), ``--kueue``: the server subprocess runs the **Kueue emulation** on the same clusters
-(``dispatcher.sandbox.environment.environment``, no dispatcher there; ``--kueue-version``, and
+(``dispatcher_sandbox.environment.environment``, no dispatcher there; ``--kueue-version``, and
 ``--kueue-worker-qps`` to lift the emulated worker clients' limit, 5 QPS per kind on v0.19 as
 client-go's default) and submits the burst as **Jobs** at ``--rate`` through the API, as users
 do. The emulated Kueue creates each Job's Workload, reserves quota on the manager (the
@@ -218,8 +218,9 @@ def _print_result(
 async def _serve(args: argparse.Namespace) -> None:
     """Start the clusters, print READY, flip workloads on GO, print RESULT, wait for SIGTERM."""
     names, directory = _server_setup(args)
-    from dispatcher.sandbox.serve import start_topology
-    from dispatcher.sandbox.topology import generic_topology
+    from dispatcher_sandbox.serve import start_topology
+
+    from dispatcher.topology import generic_topology
 
     sandbox = await start_topology(directory, generic_topology(names))
     manager = sandbox.manager
@@ -312,8 +313,9 @@ async def _serve_kueue(args: argparse.Namespace) -> None:
     event some watch of the dispatcher receives. Prints READY, waits for GO, prints RESULT.
     """
     names, directory = _server_setup(args)
-    from dispatcher.sandbox.environment import environment
-    from dispatcher.sandbox.topology import WorkloadLine, generic_topology
+    from dispatcher_sandbox.environment import environment
+
+    from dispatcher.topology import WorkloadLine, generic_topology
 
     overrides: dict[str, Any] = {"version": args.kueue_version}
     if args.kueue_worker_qps is not None:

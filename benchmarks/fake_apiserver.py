@@ -72,9 +72,9 @@ SCRIPT = Path(__file__).resolve()
 
 async def _serve(cpu: int | None) -> None:
     """Serve the baseline app and one fake cluster until SIGTERM; print READY with their URLs."""
-    from dispatcher.sandbox.fakeapi import FakeCluster
-    from dispatcher.sandbox.fakeapi.tls import issue_serving_certificate, process_ca
-    from dispatcher.sandbox.kueue_crds import KUEUE_SHORT_FORMS, kueue_crds_dir
+    from dispatcher_sandbox.fake_apiserver import FakeCluster
+    from dispatcher_sandbox.fake_apiserver.tls import issue_serving_certificate, process_ca
+    from dispatcher_sandbox.kueue_crds import KUEUE_SHORT_FORMS, kueue_crds_dir
 
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})

@@ -65,13 +65,10 @@ import aiohttp
 import anyio
 import anyio.abc
 import psutil
-
-from dispatcher.sandbox.environment import Environment, environment
-from dispatcher.sandbox.fakeapi.faults import Fault, Faults
-from dispatcher.sandbox.fakeapi.server import FakeCluster
-from dispatcher.sandbox.kubeclient import JOBS, WORKLOADS, KubeError
-from dispatcher.sandbox.kueue_crds import kueue_crds_dir
-from dispatcher.sandbox.testkit import (
+from dispatcher_sandbox.environment import Environment, environment
+from dispatcher_sandbox.fake_apiserver.faults import Fault, Faults
+from dispatcher_sandbox.fake_apiserver.server import FakeCluster
+from dispatcher_sandbox.harness.scenario import (
     A100,
     H100,
     cluster_of,
@@ -82,7 +79,10 @@ from dispatcher.sandbox.testkit import (
     run_command,
     scrape_url,
 )
-from dispatcher.sandbox.topology import default_topology
+from dispatcher_sandbox.kube_client import JOBS, WORKLOADS, KubeError
+from dispatcher_sandbox.kueue_crds import kueue_crds_dir
+
+from dispatcher.topology import default_topology
 
 PREFIX = "multikueue_dispatcher_"
 WARM_UP_FRACTION = 0.2

@@ -46,116 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    sandbox = sub.add_parser(
-        "sandbox",
-        help="the demo: emulated clusters, Kueue and the dispatcher with a workload mix",
-        description="Start the emulated manager and workers, the emulated Kueue and the real "
-        "dispatcher, submit a workload mix, show the progress live and end with a summary. "
-        "Exit status 0 when every workload that fits the topology was admitted on a matching "
-        "cluster, 1 when something failed, 2 for bad input files.",
-    )
-    sandbox.add_argument("--dir", help="folder for <cluster>.kubeconfig files (default: temporary)")
-    sandbox.add_argument(
-        "--algorithm",
-        metavar="NAMES",
-        help="comma-separated algorithm pipeline (default: the dispatcher's default, "
-        "gpu-type-affinity,capacity-first); see `multikueue-dispatcher plugins`",
-    )
-    sandbox.add_argument(
-        "--topology", metavar="FILE", help="topology YAML file (default: the built-in default)"
-    )
-    sandbox.add_argument(
-        "--workloads", metavar="FILE", help="workload JSONL file (default: the built-in demo mix)"
-    )
-    sandbox.add_argument(
-        "--trace",
-        metavar="FILE",
-        help="a simulator trace (JSONL): workload lines with `arrival` (seconds after the start) "
-        "and `runSeconds`, as `simulate --write-trace` writes",
-    )
-    sandbox.add_argument("--json", metavar="FILE", help="write the summary as JSON to FILE")
-    sandbox.add_argument(
-        "--backend",
-        choices=["sandbox", "real"],
-        default="sandbox",
-        help="sandbox: emulated clusters and Kueue (default); real: real kube-apiserver, etcd "
-        "and Kueue v0.19.2 processes (built with go: python -m dispatcher.sandbox.real.build)",
-    )
-    sandbox.add_argument(
-        "--keep",
-        action="store_true",
-        help="stay up after the summary and print kubectl commands to explore (until Ctrl-C)",
-    )
-    sandbox.add_argument(
-        "--time-scale",
-        type=float,
-        default=10.0,
-        metavar="FACTOR",
-        help="divide runSeconds and trace times by FACTOR (default 10; 1: real time)",
-    )
-    sandbox.add_argument(
-        "--timeout",
-        type=float,
-        default=40.0,
-        metavar="SECONDS",
-        help="give up waiting for admissions this long after the last submission (default 40)",
-    )
-    sandbox.add_argument(
-        "--duration",
-        type=float,
-        help="with --keep: stay up this many seconds after the summary instead of until Ctrl-C",
-    )
-    sandbox_sub = sandbox.add_subparsers(dest="sandbox_command", metavar="SUBCOMMAND")
-    serve = sandbox_sub.add_parser(
-        "serve",
-        help="serve only the emulated clusters and write their kubeconfigs",
-    )
-    serve.add_argument("--dir", required=True, help="folder for <cluster>.kubeconfig files")
-    serve.add_argument(
-        "--backend",
-        choices=["sandbox", "real"],
-        default="sandbox",
-        help="sandbox: fake API servers and the Kueue emulation (default); real: real "
-        "kube-apiserver, etcd and Kueue v0.19.2 processes (built with go)",
-    )
-    serve.add_argument(
-        "--topology",
-        metavar="FILE",
-        help='topology YAML file (default: "default", the built-in A100/H100/CPU topology)',
-    )
-    serve.add_argument(
-        "--workers",
-        type=int,
-        help="instead of a topology: N identical generic workers worker-1 … worker-N",
-    )
-    serve.add_argument(
-        "--kueue",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="run the Kueue emulation on the clusters (default on)",
-    )
-    serve.add_argument(
-        "--dispatcher-name",
-        default="multikueue-dispatcher.io/dispatcher",
-        help="the emulated manager Kueue's dispatcherName: an external name (default: ours, "
-        "nothing is nominated until a dispatcher runs), or all-at-once / incremental for "
-        "Kueue's built-in dispatchers",
-    )
-    serve.add_argument(
-        "--remedy",
-        choices=["policy", "gate", "none"],
-        default="policy",
-        help="the field-manager pitfall remedy on the manager: the clear-nominated-cluster-names "
-        "admission policy (default), the WorkloadRequestUseMergePatch gate, or none",
-    )
-    serve.add_argument("--incremental-step-size", type=int, default=3)
-    serve.add_argument(
-        "--incremental-round-seconds",
-        type=float,
-        default=300.0,
-        help="round length of the Incremental dispatcher (Kueue: 5 minutes)",
-    )
-    serve.set_defaults(duration=None)
+    _add_extension_commands(sub)
     run = sub.add_parser(
         "run",
         help="the manager process: mirror workers and nominate clusters",
@@ -212,6 +103,26 @@ def build_parser() -> argparse.ArgumentParser:
     for command in sub.choices.values():
         _debug_flag(command, top=False)
     return parser
+
+
+COMMANDS_GROUP = "multikueue_dispatcher.commands"
+SANDBOX_HINT = (
+    "the sandbox command comes with the test world's distribution, multikueue-dispatcher-sandbox "
+    "(from a checkout of the repository: pip install -e ./sandbox, or make venv)"
+)
+
+
+def _add_extension_commands(sub: Any) -> None:
+    """Commands other distributions add through the entry-point group :data:`COMMANDS_GROUP`.
+
+    Each entry point names a callable taking the subparsers object; it adds its parser and sets
+    ``handler`` (a callable taking the parsed arguments and returning the exit code) as the parser's
+    default. The test world's distribution adds ``sandbox`` this way; the product has none.
+    """
+    from importlib.metadata import entry_points
+
+    for entry in sorted(entry_points(group=COMMANDS_GROUP), key=lambda e: e.name):
+        entry.load()(sub)
 
 
 def _settings_flags(parser: argparse.ArgumentParser) -> None:
@@ -327,7 +238,12 @@ def list_plugins(as_json: bool) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command and return its exit code; the one error boundary (module docstring)."""
-    args = build_parser().parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    if _wants_missing_sandbox(parser, arguments):
+        print(f"{PROG}: {SANDBOX_HINT}", file=sys.stderr)
+        return 2
+    args = parser.parse_args(arguments)
     try:
         return _command(args)
     except KeyboardInterrupt:
@@ -338,6 +254,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exception(error, file=sys.stderr)
         print(line, file=sys.stderr)
         return code
+
+
+def _wants_missing_sandbox(parser: argparse.ArgumentParser, arguments: list[str]) -> bool:
+    """``sandbox`` asked for while no distribution provides it (the product alone)."""
+    commands = [a for a in arguments if not a.startswith("-")]
+    if not commands or commands[0] != "sandbox":
+        return False
+    sub = next(
+        action
+        for action in parser._actions  # argparse keeps its subparsers action here
+        if isinstance(action, argparse._SubParsersAction)
+    )
+    return "sandbox" not in sub.choices
 
 
 def failure(error: BaseException) -> tuple[int, str]:
@@ -362,10 +291,10 @@ def failure(error: BaseException) -> tuple[int, str]:
 
 
 def _command(args: argparse.Namespace) -> int:
-    if args.command == "sandbox":
-        from dispatcher.sandbox import serve
-
-        return serve.main(args)
+    extension = getattr(args, "handler", None)
+    if callable(extension):
+        code: int = extension(args)
+        return code
     if args.command == "plugins":
         return list_plugins(args.json)
     if args.command == "run":

@@ -289,7 +289,9 @@ def load_side(folder: Path) -> Side:
         except (OSError, json.JSONDecodeError) as error:
             raise InputError(f"{path}: not a readable trace: {error}") from None
         if not isinstance(trace, dict) or not isinstance(trace.get("jobs"), dict):
-            raise InputError(f"{path}: jobs: missing (not a trace of tests/e2e/e2e_trace.py)")
+            raise InputError(
+                f"{path}: jobs: missing (not a trace of dispatcher_sandbox.harness.e2e.trace)"
+            )
         scenarios[path.stem] = trace
     if not scenarios:
         raise InputError(f"{folder}: no traces (*.json); run the e2e tests first")

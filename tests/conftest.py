@@ -19,8 +19,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-
-from dispatcher.sandbox.kueue_crds import ENV_VAR, kueue_crds_dir
+from dispatcher_sandbox.kueue_crds import ENV_VAR, kueue_crds_dir
 
 
 @pytest.fixture(scope="session")
@@ -48,7 +47,7 @@ EMULATOR_AGENT = "kueue-emulator/"
 def no_unexpected_emulator_rejections() -> Iterator[None]:
     """Issue 3: no write of the Kueue emulation is ever rejected (422) by a schema, CEL rule or
     admission hook, except on clusters where a test provokes it (``rejections_expected``)."""
-    from dispatcher.sandbox.fakeapi.server import REJECTIONS
+    from dispatcher_sandbox.fake_apiserver.server import REJECTIONS
 
     before = len(REJECTIONS)
     yield
@@ -68,7 +67,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Report the emulation's rejected writes over the whole session (expected: zero), and the
     token scan's figures and leaks."""
     _report_token_scan(terminalreporter)
-    from dispatcher.sandbox.fakeapi.server import REJECTIONS
+    from dispatcher_sandbox.fake_apiserver.server import REJECTIONS
 
     emulator = [r for r in REJECTIONS if r.user_agent.startswith(EMULATOR_AGENT)]
     provoked = sum(1 for r in emulator if r.expected)
@@ -206,7 +205,7 @@ class TokenScan(logging.Handler):
         self.sinks: list[list[tuple[str, str]]] = []
 
     def _refresh(self) -> None:
-        from dispatcher.sandbox.fakeapi.server import ISSUED_CREDENTIALS
+        from dispatcher_sandbox.fake_apiserver.server import ISSUED_CREDENTIALS
 
         while self.registered < len(ISSUED_CREDENTIALS):
             issued = ISSUED_CREDENTIALS[self.registered]
@@ -275,7 +274,7 @@ class TokenScan(logging.Handler):
     def summary(self) -> str:
         self._refresh()
         kinds: dict[str, int] = {}
-        from dispatcher.sandbox.fakeapi.server import ISSUED_CREDENTIALS
+        from dispatcher_sandbox.fake_apiserver.server import ISSUED_CREDENTIALS
 
         for issued in ISSUED_CREDENTIALS:
             kinds[issued.kind] = kinds.get(issued.kind, 0) + 1

@@ -1,4 +1,4 @@
-"""Guards for the layering contracts (design section 3) in pyproject.toml."""
+"""Guards for the layering contracts in pyproject.toml (README, *Development*)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,19 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "dispatcher"
-# Beside the production layers (design section 3): not production code, or no layer of its own.
-OUTSIDE_LAYERS = {"sandbox", "sim", "testing"}
+# Beside the production layers: not production code (the simulator, the topology files it and
+# the test world read), or no layer of its own (the plugin authors' kit).
+OUTSIDE_LAYERS = {"sim", "testing", "topology"}
 
 
 def contracts() -> list[dict[str, object]]:
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())
     found: list[dict[str, object]] = data["tool"]["importlinter"]["contracts"]
     return found
+
+
+def contract(name: str) -> dict[str, object]:
+    return next(c for c in contracts() if c["name"] == name)
 
 
 def top_level_modules() -> set[str]:
@@ -28,8 +33,8 @@ def top_level_modules() -> set[str]:
     return names
 
 
-def named_in(contract: dict[str, object], key: str) -> set[str]:
-    entries = contract.get(key) or []
+def named_in(entries_of: dict[str, object], key: str) -> set[str]:
+    entries = entries_of.get(key) or []
     assert isinstance(entries, list)
     names = set()
     for entry in entries:
@@ -40,19 +45,45 @@ def named_in(contract: dict[str, object], key: str) -> set[str]:
 
 def test_every_top_level_module_has_a_layer() -> None:
     layers = next(c for c in contracts() if c["type"] == "layers")
+    assert layers["containers"] == ["dispatcher"]
     missing = top_level_modules() - named_in(layers, "layers") - OUTSIDE_LAYERS
     assert not missing, f"add {sorted(missing)} to the layers contract in pyproject.toml"
 
 
 @pytest.mark.parametrize(
-    "contract_name",
+    ("contract_name", "exempt"),
     [
-        "Only dispatcher.k8s talks to kubernetes_asyncio",
-        "Production code never imports the sandbox or the simulator",
+        pytest.param("Only dispatcher.k8s talks to kubernetes_asyncio", {"k8s"}, id="client"),
+        pytest.param(
+            "Production code never imports the simulator or the topology files",
+            {"cli", "sim", "topology"},
+            id="simulator",
+        ),
     ],
 )
-def test_forbidden_contracts_cover_every_module(contract_name: str) -> None:
-    contract = next(c for c in contracts() if c["name"] == contract_name)
-    exempt = {"k8s"} if "kubernetes_asyncio" in contract_name else {"cli", "sandbox", "sim"}
-    missing = top_level_modules() - named_in(contract, "source_modules") - exempt
+def test_forbidden_contracts_cover_every_module(contract_name: str, exempt: set[str]) -> None:
+    missing = top_level_modules() - named_in(contract(contract_name), "source_modules") - exempt
     assert not missing, f"add {sorted(missing)} to the contract {contract_name!r}"
+
+
+def test_the_whole_product_is_kept_from_the_test_world() -> None:
+    kept = contract("The product never imports the test world")
+    assert kept["source_modules"] == ["dispatcher"]
+    assert kept["forbidden_modules"] == ["dispatcher_sandbox"]
+
+
+def test_every_room_of_the_test_world_but_the_harness_is_kept_from_it() -> None:
+    rooms = {
+        path.stem
+        for path in (ROOT / "sandbox" / "dispatcher_sandbox").iterdir()
+        if not path.name.startswith("_") and path.name not in {"py.typed", "__pycache__"}
+    } - {"harness"}
+    guarded = {
+        str(m).removeprefix("dispatcher_sandbox.")
+        for m in contract("Only tests, benchmarks and scripts use the test harness")[
+            "source_modules"
+        ]  # type: ignore[union-attr]
+    }
+    # metrics_text, kueue_crds: leaves that import nothing of the test world.
+    missing = rooms - guarded - {"metrics_text", "kueue_crds"}
+    assert not missing, f"add {sorted(missing)} to the harness contract in pyproject.toml"

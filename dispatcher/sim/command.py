@@ -210,7 +210,6 @@ def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
     import dataclasses
 
     from dispatcher.plugins import PluginError, PluginHost
-    from dispatcher.sandbox.topology import TopologyError
     from dispatcher.sim.engine import Latencies, ReleasePolicy, parse_algorithms, simulate
     from dispatcher.sim.report import report_document, write_json, write_plot
     from dispatcher.sim.trace import (
@@ -223,6 +222,7 @@ def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
         load_trace,
     )
     from dispatcher.sim.world import default_topology, load_topology
+    from dispatcher.topology import TopologyError
 
     stream = out or sys.stdout
     try:

@@ -85,9 +85,9 @@ from dispatcher.kueue.forecast import RunTimes
 from dispatcher.kueue.objects import FlavorResource, PodSetView, frozen_map
 from dispatcher.plugins import PluginHost
 from dispatcher.plugins.host import pipeline_for
-from dispatcher.sandbox.topology import workload_object
 from dispatcher.sim.trace import Trace, TraceWorkload
 from dispatcher.sim.world import ClusterModel, SimTopology
+from dispatcher.topology import workload_object
 
 __all__ = [
     "KUEUE_ALL_AT_ONCE",

@@ -2,7 +2,7 @@
 
 A **trace file** is JSON Lines (blank lines and ``#`` comments are skipped). Each line is either
 
-* a **workload**: a line of the sandbox's workload files (:class:`dispatcher.sandbox.topology.
+* a **workload**: a line of the sandbox's workload files (:class:`dispatcher.topology.
   WorkloadLine`: ``name``, ``namespace``, ``queue``, ``count``/``requests`` or ``podSets``,
   ``gpuType``, ``preferredGpuTypes``, ``priorityClass``/``priority``, ``labels``,
   ``annotations``) plus ``arrival`` (seconds since the start of the trace, when the Job is
@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dispatcher.sandbox.topology import WorkloadFileError, WorkloadLine, parse_workload_lines
+from dispatcher.topology import WorkloadFileError, WorkloadLine, parse_workload_lines
 
 __all__ = [
     "DEFAULT_SEED",

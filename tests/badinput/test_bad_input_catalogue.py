@@ -34,7 +34,10 @@ from typing import Any
 
 import pytest
 import yaml
-from badinput_kit import (
+from dispatcher_sandbox.environment import environment
+from dispatcher_sandbox.fake_apiserver import FakeCluster
+from dispatcher_sandbox.fake_apiserver.server import load_crd_documents
+from dispatcher_sandbox.harness.badinput import (
     LogCapture,
     RegistryChanges,
     kubeconfig_data,
@@ -47,18 +50,7 @@ from badinput_kit import (
     schema_less_dispatcher,
     workload,
 )
-
-from dispatcher.k8s.client import KubeApi
-from dispatcher.k8s.errors import ApiError
-from dispatcher.k8s.resources import MULTIKUEUE_CONFIGS, WORKLOADS
-from dispatcher.kueue.hints import CLUSTER_SELECTOR
-from dispatcher.sandbox.environment import environment
-from dispatcher.sandbox.fakeapi import FakeCluster
-from dispatcher.sandbox.fakeapi.server import load_crd_documents
-from dispatcher.sandbox.kubeclient import MULTIKUEUE_CLUSTERS as SANDBOX_MKCS
-from dispatcher.sandbox.kubeclient import MULTIKUEUE_CONFIGS as SANDBOX_MKCONFIGS
-from dispatcher.sandbox.kubeclient import SECRETS as SANDBOX_SECRETS
-from dispatcher.sandbox.testkit import (
+from dispatcher_sandbox.harness.scenario import (
     EventWatch,
     by_job,
     cpu_jobs,
@@ -68,7 +60,15 @@ from dispatcher.sandbox.testkit import (
     run_cli_process,
     worker_secret,
 )
-from dispatcher.sandbox.topology import KUEUE_NAMESPACE, default_topology
+from dispatcher_sandbox.kube_client import MULTIKUEUE_CLUSTERS as SANDBOX_MKCS
+from dispatcher_sandbox.kube_client import MULTIKUEUE_CONFIGS as SANDBOX_MKCONFIGS
+from dispatcher_sandbox.kube_client import SECRETS as SANDBOX_SECRETS
+
+from dispatcher.k8s.client import KubeApi
+from dispatcher.k8s.errors import ApiError
+from dispatcher.k8s.resources import MULTIKUEUE_CONFIGS, WORKLOADS
+from dispatcher.kueue.hints import CLUSTER_SELECTOR
+from dispatcher.topology import KUEUE_NAMESPACE, default_topology
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "bad-inputs.md"

@@ -14,7 +14,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
-from badinput_kit import MERGE, first_active, pod_set, schema_less_dispatcher, set_active, workload
+from dispatcher_sandbox.harness.badinput import (
+    MERGE,
+    first_active,
+    pod_set,
+    schema_less_dispatcher,
+    set_active,
+    workload,
+)
 
 from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest
 from dispatcher.k8s.client import KubeApi

@@ -16,7 +16,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from badinput_kit import SchemaLess, pod_set, schema_less_dispatcher, workload
+from dispatcher_sandbox.harness.badinput import (
+    SchemaLess,
+    pod_set,
+    schema_less_dispatcher,
+    workload,
+)
 
 from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest
 from dispatcher.k8s.client import KubeApi

@@ -14,7 +14,14 @@ import re
 from collections.abc import AsyncIterator
 
 import pytest
-from badinput_kit import MERGE, SchemaLess, first_active, pod_set, schema_less_dispatcher, workload
+from dispatcher_sandbox.harness.badinput import (
+    MERGE,
+    SchemaLess,
+    first_active,
+    pod_set,
+    schema_less_dispatcher,
+    workload,
+)
 
 from dispatcher.k8s.client import USER_AGENT, KubeApi, client_from_kubeconfig
 from dispatcher.k8s.resources import WORKLOADS

@@ -8,7 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from badinput_kit import first_active, pod_set, schema_less_dispatcher, workload
+from dispatcher_sandbox.harness.badinput import (
+    first_active,
+    pod_set,
+    schema_less_dispatcher,
+    workload,
+)
 
 from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest
 

@@ -15,6 +15,8 @@ from typing import Any
 import anyio
 import pytest
 import yaml
+from dispatcher_sandbox.fake_apiserver import FakeCluster
+from dispatcher_sandbox.kueue_crds import KUEUE_SHORT_FORMS
 
 from dispatcher.cli import main
 from dispatcher.k8s.client import KubeApi
@@ -25,8 +27,6 @@ from dispatcher.k8s.loading import (
     manager_client,
     resolve_manager_connection,
 )
-from dispatcher.sandbox.fakeapi import FakeCluster
-from dispatcher.sandbox.kueue_crds import KUEUE_SHORT_FORMS
 
 # --- builders --------------------------------------------------------------------------------
 

@@ -77,7 +77,7 @@ def test_the_sandbox_extra_adds_libraries_the_blocker_refuses(tmp_path: Path) ->
     blocker makes the fake API server (which needs them) unimportable."""
     assert {"jsonpatch", "cel-python", "cryptography", "rich"} <= sandbox_only_distributions()
     assert {"jsonpatch", "celpy", "cryptography", "rich"} <= blocked_modules()
-    refused = run_blocked(tmp_path, "-c", "import dispatcher.sandbox.fakeapi")
+    refused = run_blocked(tmp_path, "-c", "import dispatcher_sandbox.fake_apiserver")
     assert refused.returncode == 1
     assert "blocked by the test" in refused.stderr
 

@@ -13,6 +13,9 @@ from typing import Any
 import anyio
 import pytest
 import yaml
+from dispatcher_sandbox.fake_apiserver import FakeCluster
+from dispatcher_sandbox.harness.scenario import samples_of
+from dispatcher_sandbox.kueue_crds import KUEUE_SHORT_FORMS
 from prometheus_client import CollectorRegistry, generate_latest
 
 from dispatcher.clusters.mirror import Mirror, Watched
@@ -26,9 +29,6 @@ from dispatcher.k8s.resources import (
     SECRETS,
 )
 from dispatcher.k8s.watching import BackoffPolicy, WatchSettings
-from dispatcher.sandbox.fakeapi import FakeCluster
-from dispatcher.sandbox.kueue_crds import KUEUE_SHORT_FORMS
-from dispatcher.sandbox.testkit import samples_of
 from dispatcher.telemetry.metrics import Metrics
 
 NS = "kueue-system"

@@ -15,15 +15,15 @@ from typing import Any
 import anyio
 import pytest
 import yaml
+from dispatcher_sandbox.fake_apiserver import FakeCluster
+from dispatcher_sandbox.harness.scenario import multikueue_cluster_status
+from dispatcher_sandbox.kueue_crds import KUEUE_SHORT_FORMS
 from kubernetes_asyncio import client
 
 from dispatcher.clusters.registry import Candidate, ClusterRegistry
 from dispatcher.k8s.client import KubeApi
 from dispatcher.k8s.watching import BackoffPolicy, WatchSettings
 from dispatcher.kueue.hints import CLUSTER_TAINTS, Taint
-from dispatcher.sandbox.fakeapi import FakeCluster
-from dispatcher.sandbox.kueue_crds import KUEUE_SHORT_FORMS
-from dispatcher.sandbox.testkit import multikueue_cluster_status
 
 NS = "kueue-system"
 KUEUE = "kueue.x-k8s.io"

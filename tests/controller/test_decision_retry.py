@@ -8,7 +8,7 @@ import threading
 from collections.abc import Sequence
 
 import pytest
-from controller_kit import World, keep_or_first, world
+from dispatcher_sandbox.harness.controller import World, keep_or_first, world
 
 from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest
 from dispatcher.controller.config import ControllerConfig

@@ -17,7 +17,8 @@ from pathlib import Path
 import anyio
 import yaml
 from anyio.abc import SocketStream
-from controller_kit import NS, World, world
+from dispatcher_sandbox.harness.controller import NS, World, world
+from dispatcher_sandbox.harness.scenario import b64, run_cli_process
 from test_unplaceable import (
     PENDING_STATUS,
     W2_LOOPS,
@@ -30,7 +31,6 @@ from test_unplaceable import (
 
 from dispatcher.app.checks import NO_RETRY, explain_watch_settings
 from dispatcher.k8s.resources import SECRETS
-from dispatcher.sandbox.testkit import b64, run_cli_process
 
 
 async def starved_world(env: World) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from controller_kit import World, keep_or_first, world
+from dispatcher_sandbox.harness.controller import World, keep_or_first, world
 
 from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest
 from dispatcher.controller.config import ControllerConfig

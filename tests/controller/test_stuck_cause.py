@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from controller_kit import world
+from dispatcher_sandbox.harness.controller import world
 
 from dispatcher.controller.config import ControllerConfig
 from dispatcher.controller.records import PITFALL_ADVICE, Record, parse_time

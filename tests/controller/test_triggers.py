@@ -12,7 +12,14 @@ import copy
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import pytest
-from controller_kit import ELIGIBLE_STATUS, KUEUE, World, keep_or_first, workload, world
+from dispatcher_sandbox.harness.controller import (
+    ELIGIBLE_STATUS,
+    KUEUE,
+    World,
+    keep_or_first,
+    workload,
+    world,
+)
 
 from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest
 from dispatcher.clusters.registry import MANAGER
@@ -32,7 +39,7 @@ from dispatcher.k8s.resources import (
 )
 from dispatcher.k8s.watching import ObjectEvent
 from dispatcher.kueue.hints import CLUSTER_TAINTS
-from dispatcher.sandbox.topology import multikueue_admission_check
+from dispatcher.topology import multikueue_admission_check
 
 RELISTED = 1_000
 

@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from controller_kit import (
+from dispatcher_sandbox.fake_apiserver import server as fakeapi_server
+from dispatcher_sandbox.harness.controller import (
     CHECK,
     ELIGIBLE_STATUS,
     KUEUE,
@@ -28,6 +29,7 @@ from controller_kit import (
     workload,
     world,
 )
+from dispatcher_sandbox.harness.scenario import samples_of
 from prometheus_client import CollectorRegistry, generate_latest
 
 from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest, Verdict
@@ -44,8 +46,6 @@ from dispatcher.controller.outage import (
     release_due,
 )
 from dispatcher.k8s.resources import EVENTS, LOCAL_QUEUES, WORKLOADS
-from dispatcher.sandbox.fakeapi import server as fakeapi_server
-from dispatcher.sandbox.testkit import samples_of
 from dispatcher.telemetry.metrics import Metrics
 
 Obj = dict[str, Any]

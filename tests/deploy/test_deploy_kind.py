@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dispatcher.sandbox.topology import load_topology
+from dispatcher.topology import load_topology
 
 ROOT = Path(__file__).resolve().parents[2]
 KIND_CONFIGS = sorted((ROOT / "kind-config").glob("*.kind.yaml"))

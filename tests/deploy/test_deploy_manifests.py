@@ -9,7 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deploy_helpers import FIXTURES, MANIFESTS, build, kustomizations, object_id, validate
+from dispatcher_sandbox.harness.deploy import (
+    FIXTURES,
+    MANIFESTS,
+    build,
+    kustomizations,
+    object_id,
+    validate,
+)
 
 pytestmark = [pytest.mark.kubectl, pytest.mark.crds]
 

@@ -17,14 +17,22 @@ from pathlib import Path
 
 import anyio
 import pytest
-from deploy_helpers import FIXTURES, MANIFESTS, Access, access_of, allowed, build, grants_for
+from dispatcher_sandbox.environment import environment
+from dispatcher_sandbox.fake_apiserver.admission import AdmissionRequest, Match, ValidatingHook
+from dispatcher_sandbox.harness.deploy import (
+    FIXTURES,
+    MANIFESTS,
+    Access,
+    access_of,
+    allowed,
+    build,
+    grants_for,
+)
+from dispatcher_sandbox.kube_client import NAMESPACES
 
 from dispatcher.app.manager import run_manager
 from dispatcher.app.settings import load_settings
-from dispatcher.sandbox.environment import environment
-from dispatcher.sandbox.fakeapi.admission import AdmissionRequest, Match, ValidatingHook
-from dispatcher.sandbox.kubeclient import NAMESPACES
-from dispatcher.sandbox.topology import load_topology, parse_workload_lines
+from dispatcher.topology import load_topology, parse_workload_lines
 
 pytestmark = [pytest.mark.kubectl, pytest.mark.crds, pytest.mark.slow]
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deploy_helpers import MANIFESTS, build
+from dispatcher_sandbox.harness.deploy import MANIFESTS, build
 
 KUEUE_NAMESPACE = "kueue-system"
 DISPATCHER_NAMESPACE = "multikueue-dispatcher-system"

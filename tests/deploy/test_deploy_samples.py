@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 import yaml
-from deploy_helpers import MANIFESTS, build
+from dispatcher_sandbox.harness.deploy import MANIFESTS, build
 
-from dispatcher.sandbox.topology import load_topology, topology_objects
+from dispatcher.topology import load_topology, topology_objects
 
 pytestmark = pytest.mark.kubectl
 

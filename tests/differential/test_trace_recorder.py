@@ -1,35 +1,13 @@
-"""The trace recorder of the e2e runs (``tests/e2e/e2e_trace.py``, issue 14): what it makes of
-a sequence of watch events, on a clock the test sets."""
+"""The trace recorder of the e2e runs (:mod:`dispatcher_sandbox.harness.e2e.trace`, issue 14):
+what it makes of a sequence of watch events, on a clock the test sets."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from dispatcher_sandbox.harness.e2e import trace as e2e_trace
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _load() -> ModuleType:
-    """The module as the e2e tests import it (by its name from tests/e2e), else from its file."""
-    if "e2e_trace" in sys.modules:
-        return sys.modules["e2e_trace"]
-    spec = importlib.util.spec_from_file_location(
-        "e2e_trace", ROOT / "tests" / "e2e" / "e2e_trace.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["e2e_trace"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-e2e_trace = _load()
 ORIGIN = {"kueue.x-k8s.io/multikueue-origin": "multikueue"}
 
 

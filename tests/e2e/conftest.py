@@ -2,7 +2,7 @@
 
 Choose with ``pytest tests/e2e --backend real`` or ``E2E_BACKEND=real``. The real backend is
 skipped, with the reason, where its binaries are not built (``python -m
-dispatcher.sandbox.real.build``), except under ``REQUIRE_REAL_BACKEND=1`` (CI), where that
+dispatcher_sandbox.real_kueue.build``), except under ``REQUIRE_REAL_BACKEND=1`` (CI), where that
 fails. The kind backend is skipped, with the reason, where docker, kind or the clusters are
 missing (``hack/kind-e2e.sh`` creates them and runs the suite).
 
@@ -26,7 +26,7 @@ from typing import Any
 
 import anyio
 import pytest
-from e2e_trace import TRACE_FORMAT, recorder_of, trace_file_name
+from dispatcher_sandbox.harness.e2e.trace import TRACE_FORMAT, recorder_of, trace_file_name
 
 BACKENDS = ("sandbox", "real", "kind")
 KUEUE_VERSIONS = ("v0.19", "v0.20")
@@ -91,7 +91,7 @@ async def backend(
     """One installation per module, shared by its scenarios (each starts with ``reset``)."""
     name = backend_name(request.config)
     if name == "kind":
-        from e2e_kind_backend import KindBackend, unavailable_reason
+        from dispatcher_sandbox.harness.e2e.kind_backend import KindBackend, unavailable_reason
 
         reason = unavailable_reason()
         if reason is not None:
@@ -100,15 +100,14 @@ async def backend(
             yield kind
         return
     if name == "real":
-        from e2e_real_backend import RealBackend
-
-        from dispatcher.sandbox.testkit import require_real_backend
+        from dispatcher_sandbox.harness.e2e.real_backend import RealBackend
+        from dispatcher_sandbox.harness.scenario import require_real_backend
 
         require_real_backend()
         async with RealBackend(tmp_path_factory.mktemp("e2e-real")) as real:
             yield real
         return
-    from e2e_sandbox_backend import SandboxBackend
+    from dispatcher_sandbox.harness.e2e.sandbox_backend import SandboxBackend
 
     crds: Path = request.getfixturevalue("crds_dir")
     version = kueue_version(request.config)

@@ -28,7 +28,7 @@ import json
 from collections.abc import AsyncIterator
 
 import pytest
-from e2e_backend import (
+from dispatcher_sandbox.harness.e2e.backend import (
     A100,
     H100,
     NAMESPACE,
@@ -41,7 +41,7 @@ from e2e_backend import (
 )
 
 from dispatcher.app.settings import ENV_PREFIX
-from dispatcher.sandbox.topology import WorkloadLine
+from dispatcher.topology import WorkloadLine
 
 pytestmark = [pytest.mark.slow, pytest.mark.crds]
 

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import pytest
-from e2e_backend import (
+from dispatcher_sandbox.harness.e2e.backend import (
     NAMESPACE,
     ApiBackend,
     admitted_on,
@@ -32,7 +32,7 @@ from dispatcher.kueue.hints import (
     CLUSTER_TOLERATIONS,
     DISPATCH_MODE,
 )
-from dispatcher.sandbox.topology import WorkloadLine
+from dispatcher.topology import WorkloadLine
 
 pytestmark = [pytest.mark.slow, pytest.mark.crds]
 

@@ -20,10 +20,18 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from e2e_backend import H100, NAMESPACE, Backend, cluster_of, condition, is_false, is_true
-from e2e_trace import recorder_of
+from dispatcher_sandbox.harness.e2e.backend import (
+    H100,
+    NAMESPACE,
+    Backend,
+    cluster_of,
+    condition,
+    is_false,
+    is_true,
+)
+from dispatcher_sandbox.harness.e2e.trace import recorder_of
 
-from dispatcher.sandbox.topology import WorkloadLine
+from dispatcher.topology import WorkloadLine
 
 pytestmark = [pytest.mark.slow, pytest.mark.crds]
 

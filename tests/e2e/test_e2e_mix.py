@@ -12,7 +12,7 @@ B. once both low-priority A100 Jobs are admitted on worker1 (its two GPUs): a hi
    for both A100 GPUs, which worker1's Kueue can only admit by preempting them (C26: preemption
    happens on the worker, the manager evicts and requeues, C37, C38), and two high-priority CPU
    Jobs. The low-priority A100 Jobs are held (``holdUntilConfigMap``,
-   ``dispatcher.sandbox.jobrun``): they do not finish before the test releases them, once the
+   ``dispatcher.topology.runs``): they do not finish before the test releases them, once the
    high-priority copy is admitted on worker1. A run time alone raced the control plane: the
    high-priority copy reached worker1 up to 9 s after its submission (Kueue's MultiKueue
    reconciler works one Workload at a time), and under the load of CI the low-priority Jobs,
@@ -43,10 +43,19 @@ import random
 from typing import Any
 
 import pytest
-from e2e_backend import A100, H100, NAMESPACE, Backend, arrived, cluster_of, condition, is_true
-from e2e_trace import recorder_of
+from dispatcher_sandbox.harness.e2e.backend import (
+    A100,
+    H100,
+    NAMESPACE,
+    Backend,
+    arrived,
+    cluster_of,
+    condition,
+    is_true,
+)
+from dispatcher_sandbox.harness.e2e.trace import recorder_of
 
-from dispatcher.sandbox.topology import WorkloadLine
+from dispatcher.topology import WorkloadLine
 
 pytestmark = [pytest.mark.slow, pytest.mark.crds]
 
@@ -397,7 +406,8 @@ async def test_seeded_mix_ends_admitted_with_cluster_name_everywhere(backend: Ba
     await backend.release_hold("worker1", RELEASE_HIGH)
 
     # The loss comes once worker2 holds no Job: the real backend's Job finisher would crash on
-    # a status write to the stopped API server (dispatcher/sandbox/real/finisher.py catches only
+    # a status write to the stopped API server (sandbox/dispatcher_sandbox/real_kueue/finisher.py
+    # catches only
     # answers of the server, not a refused connection), ending the run. Nor any copy: Kueue
     # creates a worker's Job only in the reconcile that records the copy's admission (C33), so
     # a copy may be admitted on worker2 with no Job there yet; cut off then, it comes back

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from e2e_backend import (
+from dispatcher_sandbox.harness.e2e.backend import (
     A100,
     H100,
     NAMESPACE,
@@ -25,7 +25,7 @@ from e2e_backend import (
 )
 
 from dispatcher.kueue.gputypes import CLUSTER_GPU_TYPE_LABEL
-from dispatcher.sandbox.topology import WorkloadLine
+from dispatcher.topology import WorkloadLine
 
 pytestmark = [pytest.mark.slow, pytest.mark.crds]
 

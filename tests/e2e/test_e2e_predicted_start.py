@@ -15,7 +15,7 @@ import re
 from collections.abc import AsyncIterator
 
 import pytest
-from e2e_backend import (
+from dispatcher_sandbox.harness.e2e.backend import (
     A100,
     NAMESPACE,
     ApiBackend,
@@ -26,7 +26,7 @@ from e2e_backend import (
 )
 
 from dispatcher.app.settings import ENV_PREFIX
-from dispatcher.sandbox.topology import WorkloadLine
+from dispatcher.topology import WorkloadLine
 
 pytestmark = [pytest.mark.slow, pytest.mark.crds]
 

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from e2e_backend import (
+from dispatcher_sandbox.harness.e2e.backend import (
     A100,
     GPU_OF,
     H100,
@@ -31,7 +31,7 @@ from e2e_backend import (
     is_true,
 )
 
-from dispatcher.sandbox.topology import WorkloadLine
+from dispatcher.topology import WorkloadLine
 
 pytestmark = [pytest.mark.slow, pytest.mark.crds]
 

@@ -39,7 +39,7 @@ from typing import Any
 import anyio
 import anyio.abc
 import pytest
-from e2e_backend import (
+from dispatcher_sandbox.harness.e2e.backend import (
     A100,
     NAMESPACE,
     ApiBackend,
@@ -53,7 +53,7 @@ from e2e_backend import (
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from dispatcher.sandbox.topology import WorkloadLine
+from dispatcher.topology import WorkloadLine
 
 pytestmark = [pytest.mark.slow, pytest.mark.crds]
 
@@ -135,14 +135,14 @@ async def clean(backend: FidelityBackend) -> None:
 
 
 def _sandbox(backend: FidelityBackend) -> Any:
-    """The sandbox backend's running installation (``dispatcher.sandbox.environment``)."""
+    """The sandbox backend's running installation (``dispatcher_sandbox.environment``)."""
     env = getattr(backend, "env", None)
     assert env is not None, f"{backend.name}: no sandbox installation"
     return env
 
 
 def _real(backend: FidelityBackend) -> Any:
-    """The real backend's running topology (``dispatcher.sandbox.real.topology``)."""
+    """The real backend's running topology (``dispatcher_sandbox.real_kueue.topology``)."""
     running = getattr(backend, "running", None)
     assert running is not None, f"{backend.name}: no real topology"
     return running
@@ -172,7 +172,7 @@ async def kueue_settings(backend: FidelityBackend, **values: float) -> AsyncIter
 
 def worker_lost_timeout(backend: FidelityBackend) -> float:
     """The real harness's ``multiKueue.workerLostTimeout`` (the sandbox gets the same)."""
-    from dispatcher.sandbox.real.plane import KueueOptions
+    from dispatcher_sandbox.real_kueue.plane import KueueOptions
 
     text = (
         _real(backend).plane.manager.kueue_options.worker_lost_timeout
@@ -188,7 +188,7 @@ async def set_nomination_policy(backend: FidelityBackend, enabled: bool) -> None
     the sandbox's mutating hook, or the real API server's MutatingAdmissionPolicyBinding. Off
     is Kueue without any remedy for the field-manager pitfall (C43)."""
     if is_real(backend):
-        from dispatcher.sandbox.real.plane import ADMISSION_POLICY_BINDINGS
+        from dispatcher_sandbox.real_kueue.plane import ADMISSION_POLICY_BINDINGS
 
         manager = _real(backend).plane.manager
         async with manager.client() as api:
@@ -199,7 +199,7 @@ async def set_nomination_policy(backend: FidelityBackend, enabled: bool) -> None
                     if doc["kind"] == "MutatingAdmissionPolicyBinding":
                         await api.delete(ADMISSION_POLICY_BINDINGS, doc["metadata"]["name"])
         return
-    from dispatcher.sandbox.fakeapi.admission import (
+    from dispatcher_sandbox.fake_apiserver.admission import (
         KUEUE_POLICY_NAME,
         kueue_clear_nominated_cluster_names_hook,
     )

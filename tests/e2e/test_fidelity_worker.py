@@ -25,9 +25,16 @@ from typing import Any
 
 import anyio
 import pytest
-from e2e_backend import NAMESPACE, KubeBackend, cluster_of, condition, is_false, is_true
+from dispatcher_sandbox.harness.e2e.backend import (
+    NAMESPACE,
+    KubeBackend,
+    cluster_of,
+    condition,
+    is_false,
+    is_true,
+)
 
-from dispatcher.sandbox.topology import WorkloadLine
+from dispatcher.topology import WorkloadLine
 
 pytestmark = [pytest.mark.slow, pytest.mark.crds]
 

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dispatcher_sandbox.environment import environment
 
-from dispatcher.sandbox.environment import environment
-from dispatcher.sandbox.topology import default_topology, demo_workloads
+from dispatcher.topology import default_topology, demo_workloads
 
 pytestmark = pytest.mark.slow
 

@@ -10,11 +10,10 @@ from typing import Any
 import anyio
 import pytest
 import yaml
-from e2e_helpers import documented_series
-
-from dispatcher.sandbox.environment import environment
-from dispatcher.sandbox.fakeapi.faults import Fault
-from dispatcher.sandbox.testkit import (
+from dispatcher_sandbox.environment import environment
+from dispatcher_sandbox.fake_apiserver.faults import Fault
+from dispatcher_sandbox.harness.metrics_doc import documented_series
+from dispatcher_sandbox.harness.scenario import (
     A100,
     H100,
     EventWatch,
@@ -34,7 +33,8 @@ from dispatcher.sandbox.testkit import (
     start_replica,
     worker_secret,
 )
-from dispatcher.sandbox.topology import default_topology
+
+from dispatcher.topology import default_topology
 
 pytestmark = pytest.mark.slow
 

@@ -15,10 +15,10 @@ from pathlib import Path
 import anyio
 import pytest
 import yaml
+from dispatcher_sandbox.harness.scenario import free_port
 from kubernetes_asyncio import client, config, watch
 
-from dispatcher.sandbox.testkit import free_port
-from dispatcher.sandbox.topology import parse_workload_lines, workload_object
+from dispatcher.topology import parse_workload_lines, workload_object
 
 pytestmark = pytest.mark.slow
 

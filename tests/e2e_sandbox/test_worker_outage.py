@@ -16,10 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from dispatcher.controller.outage import RELEASED_AT
-from dispatcher.sandbox.environment import environment
-from dispatcher.sandbox.testkit import (
+from dispatcher_sandbox.environment import environment
+from dispatcher_sandbox.harness.scenario import (
     A100,
     H100,
     EventWatch,
@@ -29,7 +27,9 @@ from dispatcher.sandbox.testkit import (
     placed_all,
     scrape,
 )
-from dispatcher.sandbox.topology import default_topology
+
+from dispatcher.controller.outage import RELEASED_AT
+from dispatcher.topology import default_topology
 
 pytestmark = pytest.mark.slow
 

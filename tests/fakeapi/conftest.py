@@ -6,10 +6,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from dispatcher_sandbox.fake_apiserver import FakeCluster
+from dispatcher_sandbox.kueue_crds import KUEUE_SHORT_FORMS
 from kubernetes_asyncio import client, config
-
-from dispatcher.sandbox.fakeapi import FakeCluster
-from dispatcher.sandbox.kueue_crds import KUEUE_SHORT_FORMS
 
 # A kind without a schema, for tests of the generic custom-resource paths (F2).
 WIDGET = "example.com/v1/widgets=Widget+status"

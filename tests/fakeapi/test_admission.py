@@ -20,11 +20,7 @@ from typing import Any
 import anyio
 import pytest
 import yaml
-from kube_builders import KUEUE, V1BETA2, apply_status, condition, widget, workload
-from kubernetes_asyncio import client, watch
-from kubernetes_asyncio.client.rest import ApiException
-
-from dispatcher.sandbox.fakeapi import (
+from dispatcher_sandbox.fake_apiserver import (
     AdmissionRequest,
     Denied,
     FakeCluster,
@@ -33,12 +29,22 @@ from dispatcher.sandbox.fakeapi import (
     ValidatingHook,
     kueue_clear_nominated_cluster_names_hook,
 )
-from dispatcher.sandbox.fakeapi.admission import (
+from dispatcher_sandbox.fake_apiserver.admission import (
     KUEUE_POLICY_NAME,
     AdmissionChain,
     kueue_policy_applies,
 )
-from dispatcher.sandbox.fakeapi.cel import CELEvalError, compile_expression
+from dispatcher_sandbox.fake_apiserver.cel import CELEvalError, compile_expression
+from dispatcher_sandbox.harness.kube_builders import (
+    KUEUE,
+    V1BETA2,
+    apply_status,
+    condition,
+    widget,
+    workload,
+)
+from kubernetes_asyncio import client, watch
+from kubernetes_asyncio.client.rest import ApiException
 
 Obj = dict[str, Any]
 

@@ -21,12 +21,11 @@ import aiohttp
 import pytest
 import yaml
 from cryptography import x509
+from dispatcher_sandbox.fake_apiserver import FakeCluster
+from dispatcher_sandbox.fake_apiserver.kubeconfig import dump
+from dispatcher_sandbox.fake_apiserver.tls import new_ca
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.rest import ApiException
-
-from dispatcher.sandbox.fakeapi import FakeCluster
-from dispatcher.sandbox.fakeapi.kubeconfig import dump
-from dispatcher.sandbox.fakeapi.tls import new_ca
 
 HEALTH_PATHS = ("/version", "/healthz", "/livez", "/readyz")
 

@@ -11,11 +11,10 @@ from typing import Any
 
 import anyio
 import pytest
-from kube_builders import KUEUE, V1BETA2, widget, workload
+from dispatcher_sandbox.fake_apiserver import FakeCluster
+from dispatcher_sandbox.harness.kube_builders import KUEUE, V1BETA2, widget, workload
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client import ApiClient, ApiException
-
-from dispatcher.sandbox.fakeapi import FakeCluster
 
 MERGE = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"

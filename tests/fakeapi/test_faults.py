@@ -19,12 +19,11 @@ from typing import Any
 import aiohttp
 import anyio
 import pytest
-from kube_builders import widget
+from dispatcher_sandbox.fake_apiserver import FakeCluster, Fault, Faults, JournalEntry
+from dispatcher_sandbox.fake_apiserver.faults import VERBS
+from dispatcher_sandbox.harness.kube_builders import widget
 from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.rest import ApiException
-
-from dispatcher.sandbox.fakeapi import FakeCluster, Fault, Faults, JournalEntry
-from dispatcher.sandbox.fakeapi.faults import VERBS
 
 Obj = dict[str, Any]
 G, V, NS, PLURAL = "example.com", "v1", "default", "widgets"

@@ -44,12 +44,11 @@ import anyio
 import pytest
 import yaml
 from anyio.abc import Process
-from kube_builders import KUEUE, V1BETA2, workload
+from dispatcher_sandbox.fake_apiserver import FakeCluster
+from dispatcher_sandbox.fake_apiserver.kubeconfig import dump
+from dispatcher_sandbox.harness.kube_builders import KUEUE, V1BETA2, workload
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client import ApiClient
-
-from dispatcher.sandbox.fakeapi import FakeCluster
-from dispatcher.sandbox.fakeapi.kubeconfig import dump
 
 pytestmark = [pytest.mark.anyio, pytest.mark.kubectl]
 

@@ -28,8 +28,7 @@ from typing import Any
 
 import pytest
 import yaml
-
-from dispatcher.sandbox.fakeapi.schema import (
+from dispatcher_sandbox.fake_apiserver.schema import (
     CompiledSchema,
     FieldError,
     compile_schema,

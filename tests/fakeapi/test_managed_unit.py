@@ -7,8 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-
-from dispatcher.sandbox.fakeapi.managed import (
+from dispatcher_sandbox.fake_apiserver.managed import (
     ApplyConflict,
     apply,
     decode_fields_v1,
@@ -17,7 +16,7 @@ from dispatcher.sandbox.fakeapi.managed import (
     record_update,
     strip_ignored,
 )
-from dispatcher.sandbox.fakeapi.structure import StructureInfo
+from dispatcher_sandbox.fake_apiserver.structure import StructureInfo
 
 API = "kueue.x-k8s.io/v1beta2"
 T0 = "2026-01-01T00:00:00Z"

@@ -1,7 +1,8 @@
 """Fake clusters as separate processes and several in one process (fake-apiserver-spec F20, F22,
 F23, F26–F28; issue item "several clusters in one process and as separate processes").
 
-- ``python -m dispatcher.sandbox.fakeapi`` (F23): two processes started side by side, each waited
+- ``python -m dispatcher_sandbox.fake_apiserver`` (F23): two processes started side by side, each
+waited
   for through its ``READY`` line (with a deadline), checked for isolation through
   ``kubernetes_asyncio``, for ``/version`` with and without the token (F28), then stopped with
   SIGTERM (exit code 0), as the CI script does by PID.
@@ -39,10 +40,9 @@ import anyio
 import pytest
 import yaml
 from anyio.abc import Process
+from dispatcher_sandbox.fake_apiserver import FakeCluster, merge_kubeconfigs
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client import ApiClient, ApiException
-
-from dispatcher.sandbox.fakeapi import FakeCluster, merge_kubeconfigs
 
 pytestmark = pytest.mark.anyio
 
@@ -208,7 +208,8 @@ def configmap(name: str, **data: str) -> dict[str, Any]:
 
 
 async def test_f20_f23_f28_two_processes_are_isolated(tmp_path: Path) -> None:
-    """F23: two `python -m dispatcher.sandbox.fakeapi` processes, each with its own kubeconfig,
+    """F23: two `python -m dispatcher_sandbox.fake_apiserver` processes, each with its own
+    kubeconfig,
     token, store and admin port (F20); /version needs the token (F28); SIGTERM exits 0."""
     given_token = "p2-token-0123456789abcdef"
     argvs = {
@@ -221,7 +222,7 @@ async def test_f20_f23_f28_two_processes_are_isolated(tmp_path: Path) -> None:
             argv = [
                 sys.executable,
                 "-m",
-                "dispatcher.sandbox.fakeapi",
+                "dispatcher_sandbox.fake_apiserver",
                 "--name",
                 name,
                 "--kubeconfig",
@@ -327,7 +328,7 @@ async def test_f23_bad_arguments_exit_non_zero(args: list[str], code: int, messa
     """F23: a bad command line is an error message and a non-zero exit, never a hang."""
     with anyio.fail_after(READY_TIMEOUT):
         done = await anyio.run_process(
-            [sys.executable, "-m", "dispatcher.sandbox.fakeapi", *args], check=False
+            [sys.executable, "-m", "dispatcher_sandbox.fake_apiserver", *args], check=False
         )
     assert done.returncode == code
     assert message in done.stderr.decode()

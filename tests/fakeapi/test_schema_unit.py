@@ -7,9 +7,13 @@ import logging
 from typing import Any
 
 import pytest
-
-from dispatcher.sandbox.fakeapi.cel import CELCompileError, CELEvalError, Program, compile_cel
-from dispatcher.sandbox.fakeapi.schema import (
+from dispatcher_sandbox.fake_apiserver.cel import (
+    CELCompileError,
+    CELEvalError,
+    Program,
+    compile_cel,
+)
+from dispatcher_sandbox.fake_apiserver.schema import (
     CompiledSchema,
     FieldError,
     compile_expression,

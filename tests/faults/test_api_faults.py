@@ -28,7 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from faults_api_kit import (
+from dispatcher_sandbox.environment import Environment, environment
+from dispatcher_sandbox.fake_apiserver.faults import Fault, Faults, Journal, JournalEntry
+from dispatcher_sandbox.harness.faults.api import (
     FirstAttemptConflicts,
     PlacementTracker,
     RetryLog,
@@ -43,13 +45,11 @@ from faults_api_kit import (
     workload_names,
     write_counts,
 )
+from dispatcher_sandbox.harness.scenario import NominationRecorder, dispatcher_events, scrape
 
 from dispatcher.controller.nominator import Nominator
 from dispatcher.k8s.client import USER_AGENT
-from dispatcher.sandbox.environment import Environment, environment
-from dispatcher.sandbox.fakeapi.faults import Fault, Faults, Journal, JournalEntry
-from dispatcher.sandbox.testkit import NominationRecorder, dispatcher_events, scrape
-from dispatcher.sandbox.topology import default_topology
+from dispatcher.topology import default_topology
 
 pytestmark = pytest.mark.faults
 

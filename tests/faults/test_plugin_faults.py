@@ -23,14 +23,9 @@ from typing import Any
 
 import anyio
 import pytest
-from faults_process_kit import ReplicaRecorder
-
-import dispatcher.app.manager as manager_module
-from dispatcher.algorithms import ClusterSnapshot, Decision, DispatchRequest
-from dispatcher.plugins import PluginHost, PluginHungError
-from dispatcher.plugins.markers import hookimpl
-from dispatcher.sandbox.environment import environment
-from dispatcher.sandbox.testkit import (
+from dispatcher_sandbox.environment import environment
+from dispatcher_sandbox.harness.faults.process import ReplicaRecorder
+from dispatcher_sandbox.harness.scenario import (
     by_job,
     cluster_of,
     cpu_jobs,
@@ -38,8 +33,13 @@ from dispatcher.sandbox.testkit import (
     placed_all,
     scrape,
 )
-from dispatcher.sandbox.topology import default_topology
+
+import dispatcher.app.manager as manager_module
+from dispatcher.algorithms import ClusterSnapshot, Decision, DispatchRequest
+from dispatcher.plugins import PluginHost, PluginHungError
+from dispatcher.plugins.markers import hookimpl
 from dispatcher.testing import decide, make_cluster, make_host, make_request
+from dispatcher.topology import default_topology
 
 pytestmark = pytest.mark.faults
 

@@ -19,7 +19,8 @@ from typing import Any
 
 import anyio
 import pytest
-from faults_process_kit import (
+from dispatcher_sandbox.environment import environment
+from dispatcher_sandbox.harness.faults.process import (
     LEASE_ENV,
     LEASE_SECONDS,
     DispatcherProcess,
@@ -29,9 +30,7 @@ from faults_process_kit import (
     contradictions,
     stop_all,
 )
-
-from dispatcher.sandbox.environment import environment
-from dispatcher.sandbox.testkit import (
+from dispatcher_sandbox.harness.scenario import (
     FIELD_MANAGER,
     NominationRecorder,
     by_job,
@@ -40,7 +39,8 @@ from dispatcher.sandbox.testkit import (
     nominated,
     placed_all,
 )
-from dispatcher.sandbox.topology import default_topology
+
+from dispatcher.topology import default_topology
 
 pytestmark = pytest.mark.faults
 

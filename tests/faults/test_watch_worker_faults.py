@@ -19,24 +19,24 @@ from typing import Any
 
 import anyio
 import pytest
-from faults_watch_kit import (
+from dispatcher_sandbox.environment import environment
+from dispatcher_sandbox.fake_apiserver.server import REJECTIONS
+from dispatcher_sandbox.harness.faults.watch import (
     ExpiredCount,
     MirrorChanges,
     Observers,
     mirrors,
     wait_converged,
 )
-
-from dispatcher.sandbox.environment import environment
-from dispatcher.sandbox.fakeapi.server import REJECTIONS
-from dispatcher.sandbox.testkit import (
+from dispatcher_sandbox.harness.scenario import (
     by_job,
     cluster_of,
     cpu_jobs,
     gpu_job,
     placed_all,
 )
-from dispatcher.sandbox.topology import default_topology
+
+from dispatcher.topology import default_topology
 
 pytestmark = pytest.mark.faults
 

@@ -18,11 +18,10 @@ from typing import Any
 
 import anyio
 import pytest
-from faults_watch_kit import MirrorChanges, NominationTimes, ReservationTimes
-
-from dispatcher.sandbox.environment import environment
-from dispatcher.sandbox.fakeapi.faults import Fault
-from dispatcher.sandbox.testkit import (
+from dispatcher_sandbox.environment import environment
+from dispatcher_sandbox.fake_apiserver.faults import Fault
+from dispatcher_sandbox.harness.faults.watch import MirrorChanges, NominationTimes, ReservationTimes
+from dispatcher_sandbox.harness.scenario import (
     A100,
     H100,
     by_job,
@@ -31,7 +30,8 @@ from dispatcher.sandbox.testkit import (
     gpu_job,
     placed_all,
 )
-from dispatcher.sandbox.topology import default_topology
+
+from dispatcher.topology import default_topology
 
 pytestmark = pytest.mark.faults
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from dispatcher_sandbox.fake_apiserver import FakeCluster, JournalEntry
 from kubernetes_asyncio import client
 
 from dispatcher.k8s.client import KubeApi
@@ -22,7 +23,6 @@ from dispatcher.k8s.patching import (
     merge_patch_status,
 )
 from dispatcher.k8s.resources import KUEUE_GROUP, KUEUE_VERSION, WORKLOADS
-from dispatcher.sandbox.fakeapi import FakeCluster, JournalEntry
 
 NS = "default"
 Obj = dict[str, Any]

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from core_env import KueueEnv, get_condition, has, start_env
-from kueue_builders import (
+from dispatcher_sandbox.harness.emulator_env import KueueEnv, get_condition, has, start_env
+from dispatcher_sandbox.harness.kueue_builders import (
     A100,
     GPU,
     H100,
@@ -30,9 +30,8 @@ from kueue_builders import (
     resource_flavor,
     workload,
 )
-
-from dispatcher.sandbox.kueue.core import sync_admitted_condition
-from dispatcher.sandbox.kueue.runtime import KueueConfig, ManualClock
+from dispatcher_sandbox.kueue_emulator.core import sync_admitted_condition
+from dispatcher_sandbox.kueue_emulator.runtime import KueueConfig, ManualClock
 
 Obj = dict[str, Any]
 

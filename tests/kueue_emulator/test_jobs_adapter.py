@@ -19,13 +19,11 @@ from typing import Any, TypeVar
 
 import anyio
 import pytest
-from kubernetes_asyncio import client, config
-from kubernetes_asyncio.client import ApiClient
-
-from dispatcher.sandbox.fakeapi.server import FakeCluster, load_crd_documents
-from dispatcher.sandbox.kubeclient import KubeClient
-from dispatcher.sandbox.kueue.core import CoreKueue
-from dispatcher.sandbox.kueue.jobs import (
+from dispatcher_sandbox.fake_apiserver.server import FakeCluster, load_crd_documents
+from dispatcher_sandbox.kube_client import KubeClient
+from dispatcher_sandbox.kueue_crds import KUEUE_SHORT_FORMS, kueue_crds_dir
+from dispatcher_sandbox.kueue_emulator.core import CoreKueue
+from dispatcher_sandbox.kueue_emulator.jobs import (
     JOB_UID_LABEL,
     RESOURCE_IN_USE_FINALIZER,
     RUN_SECONDS_ANNOTATION,
@@ -34,8 +32,8 @@ from dispatcher.sandbox.kueue.jobs import (
     workload_name_for_job,
     workload_name_for_owner,
 )
-from dispatcher.sandbox.kueue.multikueue import MultiKueueManager
-from dispatcher.sandbox.kueue.runtime import (
+from dispatcher_sandbox.kueue_emulator.multikueue import MultiKueueManager
+from dispatcher_sandbox.kueue_emulator.runtime import (
     ORIGIN_LABEL,
     PREBUILT_WORKLOAD_LABEL,
     QUEUE_NAME_LABEL,
@@ -43,7 +41,8 @@ from dispatcher.sandbox.kueue.runtime import (
     KueueConfig,
     SystemClock,
 )
-from dispatcher.sandbox.kueue_crds import KUEUE_SHORT_FORMS, kueue_crds_dir
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client import ApiClient
 
 pytestmark = pytest.mark.anyio
 
@@ -686,8 +685,9 @@ async def test_s18_s55_job_on_the_manager_runs_on_a_worker_end_to_end(tmp_path: 
     the core, the MultiKueue controllers with Kueue's default AllAtOnce dispatcher and the
     adapter's hooks; every worker runs the core and the adapter.
     """
-    from dispatcher.sandbox.serve import run_topology
-    from dispatcher.sandbox.topology import generic_topology
+    from dispatcher_sandbox.serve import run_topology
+
+    from dispatcher.topology import generic_topology
 
     topology = generic_topology(["worker-1", "worker-2"])
     config_ = KueueConfig(worker_lost_timeout_seconds=5.0)

@@ -1,4 +1,5 @@
-"""The emulation's file map (``dispatcher/sandbox/kueue/__init__.py``) lists every module it has.
+"""The emulation's file map (``sandbox/dispatcher_sandbox/kueue_emulator/__init__.py``) lists every
+module it has.
 
 Issue 14 asks the emulation to follow Kueue's own file layout so that an upgrade of Kueue can be
 compared file by file; the map in the package docstring is how a contributor finds the Kueue file
@@ -11,7 +12,7 @@ import ast
 import re
 from pathlib import Path
 
-import dispatcher.sandbox.kueue as emulation
+import dispatcher_sandbox.kueue_emulator as emulation
 
 ROOT = Path(emulation.__file__).parent
 

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from mk_harness import CHECK, MK_CONFIG, eventually, start_env
-
-from dispatcher.sandbox.fakeapi.kubeconfig import build_kubeconfig, dump
-from dispatcher.sandbox.kueue.multikueue.multikueuecluster import (
+from dispatcher_sandbox.fake_apiserver.kubeconfig import build_kubeconfig, dump
+from dispatcher_sandbox.harness.multikueue import CHECK, MK_CONFIG, eventually, start_env
+from dispatcher_sandbox.kueue_emulator.multikueue.multikueuecluster import (
     KubeconfigError,
     validate_kubeconfig,
 )

@@ -6,10 +6,13 @@ import datetime
 from typing import Any
 
 import pytest
-from mk_harness import Env, eventually, start_env
-
-from dispatcher.sandbox.kueue.multikueue import ADMITTED_TOTAL, DISPATCHED_TOTAL, dispatchers
-from dispatcher.sandbox.kueue.runtime import ALL_AT_ONCE, INCREMENTAL, KueueConfig
+from dispatcher_sandbox.harness.multikueue import Env, eventually, start_env
+from dispatcher_sandbox.kueue_emulator.multikueue import (
+    ADMITTED_TOTAL,
+    DISPATCHED_TOTAL,
+    dispatchers,
+)
+from dispatcher_sandbox.kueue_emulator.runtime import ALL_AT_ONCE, INCREMENTAL, KueueConfig
 
 ROUND = 300.0  # C58: 5-minute rounds
 T0 = datetime.datetime(2026, 12, 1, tzinfo=datetime.UTC)

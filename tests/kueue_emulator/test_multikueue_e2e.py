@@ -11,15 +11,24 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from dispatcher_sandbox.harness.multikueue import (
+    CHECK,
+    DISPATCHER,
+    NS,
+    Env,
+    check_state,
+    eventually,
+    get_cond,
+    start_env,
+)
+from dispatcher_sandbox.kube_client import CONFIGMAPS
+from dispatcher_sandbox.kueue_emulator.core.workload_controller import HOLD_POLL_SECONDS
+from dispatcher_sandbox.kueue_emulator.jobs import workload_name_for_job
+from dispatcher_sandbox.kueue_emulator.multikueue import ADMITTED_TOTAL, DISPATCHED_TOTAL
+from dispatcher_sandbox.kueue_emulator.runtime import ALL_AT_ONCE, INCREMENTAL
 from kubernetes_asyncio import client
-from mk_harness import CHECK, DISPATCHER, NS, Env, check_state, eventually, get_cond, start_env
 
-from dispatcher.sandbox.jobrun import HOLD_ANNOTATION, RUN_SECONDS_ANNOTATION
-from dispatcher.sandbox.kubeclient import CONFIGMAPS
-from dispatcher.sandbox.kueue.core.workload_controller import HOLD_POLL_SECONDS
-from dispatcher.sandbox.kueue.jobs import workload_name_for_job
-from dispatcher.sandbox.kueue.multikueue import ADMITTED_TOTAL, DISPATCHED_TOTAL
-from dispatcher.sandbox.kueue.runtime import ALL_AT_ONCE, INCREMENTAL
+from dispatcher.topology.runs import HOLD_ANNOTATION, RUN_SECONDS_ANNOTATION
 
 
 def _true(kind: str) -> Any:
@@ -75,7 +84,7 @@ async def test_s5_e2e_external_dispatch_admit_run_finish() -> None:
 
 
 async def test_a_held_copy_finishes_only_once_its_config_map_exists() -> None:
-    # The test world's hold (dispatcher.sandbox.jobrun): the worker looks for the ConfigMap once
+    # The test world's hold (dispatcher.topology.runs): the worker looks for the ConfigMap once
     # the run time is over, and again on every poll; the copy finishes on the first poll after
     # the ConfigMap was created.
     async with start_env(core=True, policy_hook=True) as env:

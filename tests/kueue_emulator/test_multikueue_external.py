@@ -11,8 +11,7 @@ import json
 from typing import Any
 
 import pytest
-from kubernetes_asyncio import client
-from mk_harness import (
+from dispatcher_sandbox.harness.multikueue import (
     CHECK,
     Env,
     check_state,
@@ -22,8 +21,12 @@ from mk_harness import (
     start_env,
     ts,
 )
-
-from dispatcher.sandbox.kueue.multikueue import ADMITTED_TOTAL, DISPATCHED_TOTAL, ORIGIN_LABEL
+from dispatcher_sandbox.kueue_emulator.multikueue import (
+    ADMITTED_TOTAL,
+    DISPATCHED_TOTAL,
+    ORIGIN_LABEL,
+)
+from kubernetes_asyncio import client
 
 
 def _admitted_on(cluster: str) -> Any:

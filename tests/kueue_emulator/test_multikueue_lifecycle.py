@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
-from mk_harness import NS, Env, check_state, cond, eventually, get_cond, start_env, workload_body
-
-from dispatcher.sandbox.kueue.multikueue import ORIGIN_LABEL
+from dispatcher_sandbox.harness.multikueue import (
+    NS,
+    Env,
+    check_state,
+    cond,
+    eventually,
+    get_cond,
+    start_env,
+    workload_body,
+)
+from dispatcher_sandbox.kueue_emulator.multikueue import ORIGIN_LABEL
 
 TIMEOUT = 60.0
 

@@ -11,9 +11,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mk_harness import DISPATCHER, Env, check_state, eventually, start_env
-
-from dispatcher.sandbox.kueue.multikueue import ADMITTED_TOTAL
+from dispatcher_sandbox.harness.multikueue import (
+    DISPATCHER,
+    Env,
+    check_state,
+    eventually,
+    start_env,
+)
+from dispatcher_sandbox.kueue_emulator.multikueue import ADMITTED_TOTAL
 
 MUTUALLY_EXCLUSIVE = "clusterName and nominatedClusterNames are mutually exclusive"
 

@@ -16,11 +16,10 @@ import time
 from typing import Any
 
 import pytest
-from mk_harness import NS, check_state, eventually, start_env
-
-from dispatcher.sandbox.kubeclient import JOBS, WORKLOADS
-from dispatcher.sandbox.kueue import runtime
-from dispatcher.sandbox.kueue.runtime import (
+from dispatcher_sandbox.harness.multikueue import NS, check_state, eventually, start_env
+from dispatcher_sandbox.kube_client import JOBS, WORKLOADS
+from dispatcher_sandbox.kueue_emulator import runtime
+from dispatcher_sandbox.kueue_emulator.runtime import (
     KueueConfig,
     RateLimitedKubeClient,
     RetryLimiter,

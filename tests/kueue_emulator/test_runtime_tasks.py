@@ -13,9 +13,12 @@ import asyncio
 
 import aiohttp
 import pytest
-
-from dispatcher.sandbox.kueue.multikueue.multikueuecluster import RemoteCluster
-from dispatcher.sandbox.kueue.runtime import SystemClock, WorkerClientLimit, cancel_and_wait
+from dispatcher_sandbox.kueue_emulator.multikueue.multikueuecluster import RemoteCluster
+from dispatcher_sandbox.kueue_emulator.runtime import (
+    SystemClock,
+    WorkerClientLimit,
+    cancel_and_wait,
+)
 
 
 async def _forever() -> None:

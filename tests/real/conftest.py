@@ -1,14 +1,13 @@
 """Tests on the real control plane (real kube-apiserver, etcd and Kueue processes).
 
 Skipped, saying why, where the binaries are not built (``python -m
-dispatcher.sandbox.real.build``); a failure instead under ``REQUIRE_REAL_BACKEND=1`` (CI).
+dispatcher_sandbox.real_kueue.build``); a failure instead under ``REQUIRE_REAL_BACKEND=1`` (CI).
 """
 
 from __future__ import annotations
 
 import pytest
-
-from dispatcher.sandbox.testkit import require_real_backend
+from dispatcher_sandbox.harness.scenario import require_real_backend
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -17,9 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from dispatcher.cli import main as cli_main
-from dispatcher.sandbox.demo import (
+from dispatcher_sandbox.demo import (
     DemoOptions,
     TimedLine,
     _short_reason,
@@ -27,7 +25,9 @@ from dispatcher.sandbox.demo import (
     parse_trace_lines,
     run_demo,
 )
-from dispatcher.sandbox.topology import (
+
+from dispatcher.cli import main as cli_main
+from dispatcher.topology import (
     WorkloadFileError,
     WorkloadLine,
     default_topology,

@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from dispatcher.sandbox.fakeapi import FakeCluster
-from dispatcher.sandbox.kubeclient import (
+from dispatcher_sandbox.fake_apiserver import FakeCluster
+from dispatcher_sandbox.kube_client import (
     ADMISSION_CHECKS,
     CLUSTER_QUEUES,
     JOBS,
@@ -27,7 +26,7 @@ from dispatcher.sandbox.kubeclient import (
     KubeClient,
     Resource,
 )
-from dispatcher.sandbox.kueue.jobs.job_webhook import (
+from dispatcher_sandbox.kueue_emulator.jobs.job_webhook import (
     JOB_WEBHOOK_NAME,
     default_job,
     kueue_job_webhook,

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import aiohttp
 import pytest
-
-from dispatcher.sandbox.fakeapi import FakeCluster
-from dispatcher.sandbox.kubeclient import KubeClient
-from dispatcher.sandbox.kueue_crds import KUEUE_SHORT_FORMS
+from dispatcher_sandbox.fake_apiserver import FakeCluster
+from dispatcher_sandbox.kube_client import KubeClient
+from dispatcher_sandbox.kueue_crds import KUEUE_SHORT_FORMS
 
 
 async def test_c11_a_closed_remote_client_refuses_requests_instead_of_reopening() -> None:

@@ -23,19 +23,20 @@ from typing import Any
 
 import anyio
 import pytest
-
-from dispatcher.kueue.eligibility import eligibility
-from dispatcher.sandbox.environment import Environment, environment
-from dispatcher.sandbox.kubeclient import KubeClient, KubeError
-from dispatcher.sandbox.kueue.multikueue.workload import _Group, clone_for_create
-from dispatcher.sandbox.kueue.runtime import (
+from dispatcher_sandbox.environment import Environment, environment
+from dispatcher_sandbox.kube_client import KubeClient, KubeError
+from dispatcher_sandbox.kueue_emulator.multikueue.workload import _Group, clone_for_create
+from dispatcher_sandbox.kueue_emulator.runtime import (
     MULTIKUEUE_PREEMPTION_GATE,
     Controller,
     KueueConfig,
     ManualClock,
     condition,
 )
-from dispatcher.sandbox.topology import WorkloadLine, generic_topology, submit_workloads
+from dispatcher_sandbox.seeding import submit_workloads
+
+from dispatcher.kueue.eligibility import eligibility
+from dispatcher.topology import WorkloadLine, generic_topology
 
 pytestmark = pytest.mark.slow
 
@@ -345,7 +346,7 @@ GATE_CASES = {
 async def test_v020_preemption_one_gate_at_a_time(case: str) -> None:
     """V020-PREEMPTION: the manager opens the gate of the copy blocked longest, at most one per
     ``singleClusterPreemptionTimeout`` (5 minutes), and asks to look again when it is due."""
-    from dispatcher.sandbox.kueue.multikueue.workload import WorkloadController
+    from dispatcher_sandbox.kueue_emulator.multikueue.workload import WorkloadController
 
     now, copies, (opened, requeue) = GATE_CASES[case]
     clock = ManualClock(T0)

@@ -13,9 +13,9 @@ import io
 from pathlib import Path
 
 import pytest
+from dispatcher_sandbox.demo import DemoOptions, TimedLine, run_demo
 
-from dispatcher.sandbox.demo import DemoOptions, TimedLine, run_demo
-from dispatcher.sandbox.topology import default_topology, load_workloads
+from dispatcher.topology import default_topology, load_workloads
 
 pytestmark = [pytest.mark.mix]  # make new-user-mix; not in the default run (about 90 s)
 

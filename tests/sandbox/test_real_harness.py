@@ -8,9 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from dispatcher.sandbox.jobrun import HOLD_ANNOTATION, RUN_SECONDS_ANNOTATION, hold_of
-from dispatcher.sandbox.real.build import (
+from dispatcher_sandbox.real_kueue.build import (
     COMPONENTS,
     BuildError,
     _version_ldflags,
@@ -18,9 +16,9 @@ from dispatcher.sandbox.real.build import (
     load_versions,
     staging_modules,
 )
-from dispatcher.sandbox.real.finisher import next_status
-from dispatcher.sandbox.real.mix import kueue_counts
-from dispatcher.sandbox.real.plane import (
+from dispatcher_sandbox.real_kueue.finisher import next_status
+from dispatcher_sandbox.real_kueue.mix import kueue_counts
+from dispatcher_sandbox.real_kueue.plane import (
     PORTS_ENV,
     ControlPlaneError,
     KueueManifests,
@@ -29,6 +27,8 @@ from dispatcher.sandbox.real.plane import (
     kueue_configuration,
     port_range,
 )
+
+from dispatcher.topology.runs import HOLD_ANNOTATION, RUN_SECONDS_ANNOTATION, hold_of
 
 NOW = datetime.datetime(2026, 12, 1, 12, 0, 0, tzinfo=datetime.UTC)
 

@@ -1,4 +1,4 @@
-"""The real-Kueue mix harness's observer (``dispatcher.sandbox.real.mix``), without a control
+"""The real-Kueue mix harness's observer (``dispatcher_sandbox.real_kueue.mix``), without a control
 plane: the clusters' watches are separate streams, so a worker's copy can be seen before its
 manager Workload, and a copy that AllAtOnce made on a worker that lost may be gone before its
 next event (``test_kueue_all_at_once_copies_to_every_worker_a_check_of_the_harness`` counted
@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-
-from dispatcher.sandbox.real.mix import ORIGIN_LABEL, _Observer
+from dispatcher_sandbox.real_kueue.mix import ORIGIN_LABEL, _Observer
 
 
 @dataclass
@@ -98,7 +97,7 @@ def test_milestones_are_the_times_each_was_first_seen_an_early_copy_keeping_its_
     first evidence arrived, also for a copy seen before its manager Workload, and a later event
     never moves one."""
     clock = iter(float(t) for t in range(1, 100))
-    monkeypatch.setattr("dispatcher.sandbox.real.mix.time.monotonic", lambda: next(clock))
+    monkeypatch.setattr("dispatcher_sandbox.real_kueue.mix.time.monotonic", lambda: next(clock))
     observer = _observer()
     admitted = _manager_workload()
     admitted["status"]["clusterName"] = "worker1"

@@ -38,9 +38,8 @@ from typing import Any
 
 import pytest
 import yaml
-
-from dispatcher.sandbox.kueue.jobs import workload_name_for_job
-from dispatcher.sandbox.testkit import require_real_backend, run_command
+from dispatcher_sandbox.harness.scenario import require_real_backend, run_command
+from dispatcher_sandbox.kueue_emulator.jobs import workload_name_for_job
 
 pytestmark = pytest.mark.kubectl
 

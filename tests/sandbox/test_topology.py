@@ -20,18 +20,18 @@ from typing import Any
 
 import pytest
 import yaml
+from dispatcher_sandbox.fake_apiserver import FakeCluster
+from dispatcher_sandbox.kube_client import KubeClient
+from dispatcher_sandbox.seeding import apply_topology, submit_workloads
 from kubernetes_asyncio import client, config
 
-from dispatcher.sandbox.fakeapi import FakeCluster
-from dispatcher.sandbox.kubeclient import KubeClient
-from dispatcher.sandbox.topology import (
+from dispatcher.topology import (
     GPU_PRODUCT_LABEL,
     HOLD_ANNOTATION,
     PREFERRED_GPU_TYPES_ANNOTATION,
     RUN_SECONDS_ANNOTATION,
     TopologyError,
     WorkloadFileError,
-    apply_topology,
     check_manager_lines,
     default_topology,
     demo_workloads,
@@ -40,7 +40,6 @@ from dispatcher.sandbox.topology import (
     load_workloads,
     parse_topology,
     parse_workload_lines,
-    submit_workloads,
     topology_objects,
     workload_object,
 )

@@ -30,11 +30,10 @@ import aiohttp
 import anyio
 import pytest
 import yaml
-
-from dispatcher.sandbox.environment import environment
-from dispatcher.sandbox.fakeapi.server import ISSUED_CREDENTIALS
-from dispatcher.sandbox.fakeapi.tls import process_ca
-from dispatcher.sandbox.testkit import (
+from dispatcher_sandbox.environment import environment
+from dispatcher_sandbox.fake_apiserver.server import ISSUED_CREDENTIALS
+from dispatcher_sandbox.fake_apiserver.tls import process_ca
+from dispatcher_sandbox.harness.scenario import (
     b64,
     by_job,
     cluster_of,
@@ -45,7 +44,8 @@ from dispatcher.sandbox.testkit import (
     start_replica,
     worker_secret,
 )
-from dispatcher.sandbox.topology import default_topology
+
+from dispatcher.topology import default_topology
 
 pytestmark = [pytest.mark.crds, pytest.mark.slow]
 
@@ -179,7 +179,7 @@ async def test_the_capture_saw_this_runs_dispatcher_lines(scenario: Scenario) ->
     ours = [
         json.loads(line)
         for name, line in scenario.lines
-        if name.startswith("dispatcher.") and not name.startswith("dispatcher.sandbox")
+        if name.startswith("dispatcher.") and not name.startswith("dispatcher_sandbox")
     ]
     print(f"{len(scenario.lines)} lines captured, {len(ours)} from the dispatcher")
     messages = [entry["message"] for entry in ours]

@@ -14,9 +14,8 @@ from typing import Any
 
 import pytest
 import yaml
-
-from dispatcher.sandbox.fakeapi.server import ISSUED_CREDENTIALS, FakeCluster
-from dispatcher.sandbox.fakeapi.tls import new_ca
+from dispatcher_sandbox.fake_apiserver.server import ISSUED_CREDENTIALS, FakeCluster
+from dispatcher_sandbox.fake_apiserver.tls import new_ca
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -68,7 +67,7 @@ LEAKY_TESTS = """
 import logging
 from pathlib import Path
 
-from dispatcher.sandbox.fakeapi.server import FakeCluster
+from dispatcher_sandbox.fake_apiserver.server import FakeCluster
 
 CLUSTER = FakeCluster("leaky")
 Path(__file__).with_name("token.txt").write_text(CLUSTER.token)

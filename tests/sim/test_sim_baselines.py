@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from sim_helpers import A100, H100, run, trace, workload
+from dispatcher_sandbox.harness.sim import A100, H100, run, trace, workload
 
 from dispatcher.sim.engine import Latencies
 from dispatcher.sim.trace import FaultEvent

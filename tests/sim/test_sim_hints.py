@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from sim_helpers import run, trace
+from dispatcher_sandbox.harness.sim import run, trace
 
 from dispatcher.kueue.hints import (
     CLUSTER_AFFINITY,
@@ -18,7 +18,6 @@ from dispatcher.kueue.hints import (
     CLUSTER_TOLERATIONS,
     DISPATCH_MODE,
 )
-from dispatcher.sandbox.topology import WorkloadLine
 from dispatcher.sim.trace import TraceWorkload
 from dispatcher.sim.world import (
     CLUSTER_LABELS_KEY,
@@ -28,6 +27,7 @@ from dispatcher.sim.world import (
     load_topology,
     topology_yaml,
 )
+from dispatcher.topology import WorkloadLine
 
 REGION = "kueue.x-k8s.io/region"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sim_helpers import A100, H100, trace, workload
+from dispatcher_sandbox.harness.sim import A100, H100, trace, workload
 
 from dispatcher.cli import main
 from dispatcher.plugins import PluginHost

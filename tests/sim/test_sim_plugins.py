@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from sim_helpers import A100, run, trace, workload
+from dispatcher_sandbox.harness.sim import A100, run, trace, workload
 
 from dispatcher.algorithms import AlgorithmSpec, NoOptions, Stages, TopN
 from dispatcher.plugins import PluginHost, hookimpl

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sim_helpers import run, trace, workload
+from dispatcher_sandbox.harness.sim import run, trace, workload
 
 from dispatcher.controller import step
 from dispatcher.sim import engine

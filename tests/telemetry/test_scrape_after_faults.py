@@ -25,12 +25,8 @@ from typing import Any
 
 import anyio
 import pytest
-
-from dispatcher.app.manager import Manager
-from dispatcher.controller.nominator import Nominator
-from dispatcher.k8s.client import USER_AGENT
-from dispatcher.sandbox.environment import environment
-from dispatcher.sandbox.testkit import (
+from dispatcher_sandbox.environment import environment
+from dispatcher_sandbox.harness.scenario import (
     H100,
     EventWatch,
     b64,
@@ -43,7 +39,11 @@ from dispatcher.sandbox.testkit import (
     scrape,
     start_replica,
 )
-from dispatcher.sandbox.topology import default_topology
+
+from dispatcher.app.manager import Manager
+from dispatcher.controller.nominator import Nominator
+from dispatcher.k8s.client import USER_AGENT
+from dispatcher.topology import default_topology
 
 pytestmark = pytest.mark.slow
 

@@ -1,0 +1,1 @@
+"""The end-to-end scenarios' backends (sandbox, real Kueue, kind) and their trace recorder."""

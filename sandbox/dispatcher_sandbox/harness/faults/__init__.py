@@ -1,0 +1,1 @@
+"""Kits of the fault-injection suite: API faults, watch faults, process faults."""

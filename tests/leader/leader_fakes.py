@@ -1,9 +1,0 @@
-"""A fake clock for leader-election tests (notes 2.4: inject the clock)."""
-
-from __future__ import annotations
-
-from dispatcher.sandbox.testkit import VirtualClock
-
-NS = "default"
-
-FakeClock = VirtualClock
