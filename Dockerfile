@@ -3,9 +3,9 @@
 #
 #   docker build -t multikueue-dispatcher:0.1.0 .
 #
-# Two stages: the build stage installs the package (without the `sandbox` extra: the fake API
-# server and the Kueue emulation are not part of the image) into a virtual environment; the
-# final stage copies only that environment onto a slim Python base and runs as a non-root user.
+# Two stages: the build stage installs the product alone (the test world -- fake API server,
+# Kueue emulation, demo -- is the separate distribution in sandbox/, never copied here) into a
+# virtual environment; the final stage copies only that environment onto a slim Python base and runs as a non-root user.
 # Nothing is written to the image's filesystem at run time except /tmp (an emptyDir in the
 # Deployment), so the root filesystem can be read-only. Plugins: see "Plugins in the image" in
 # docs/deployment.md (a derived image that pip-installs them into /opt/venv).

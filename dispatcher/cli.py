@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    _add_extension_commands(sub)
+    parser.set_defaults(unloadable_commands=_add_extension_commands(sub))
     run = sub.add_parser(
         "run",
         help="the manager process: mirror workers and nominate clusters",
@@ -112,17 +112,28 @@ SANDBOX_HINT = (
 )
 
 
-def _add_extension_commands(sub: Any) -> None:
+def _add_extension_commands(sub: Any) -> dict[str, str]:
     """Commands other distributions add through the entry-point group :data:`COMMANDS_GROUP`.
 
     Each entry point names a callable taking the subparsers object; it adds its parser and sets
-    ``handler`` (a callable taking the parsed arguments and returning the exit code) as the parser's
-    default. The test world's distribution adds ``sandbox`` this way; the product has none.
+    ``handler`` (a callable taking the parsed arguments and returning the exit code) as the
+    parser's default. The test world's distribution adds ``sandbox`` this way; the product has
+    none. One that fails to load leaves the other commands working: the failures are returned
+    (command name to a one-line reason) and reported when that command is asked for.
     """
     from importlib.metadata import entry_points
 
+    failed: dict[str, str] = {}
     for entry in sorted(entry_points(group=COMMANDS_GROUP), key=lambda e: e.name):
-        entry.load()(sub)
+        try:
+            entry.load()(sub)
+        except Exception as error:
+            failed[entry.name] = (
+                f"the {entry.name} command of {entry.value} could not be loaded: "
+                f"{type(error).__name__}: {error}"
+                + (f" ({SANDBOX_HINT})" if entry.name == "sandbox" else "")
+            )
+    return failed
 
 
 def _settings_flags(parser: argparse.ArgumentParser) -> None:
@@ -240,8 +251,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command and return its exit code; the one error boundary (module docstring)."""
     arguments = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    if _wants_missing_sandbox(parser, arguments):
-        print(f"{PROG}: {SANDBOX_HINT}", file=sys.stderr)
+    problem = _unavailable_command(parser, arguments)
+    if problem:
+        print(f"{PROG}: {problem}", file=sys.stderr)
         return 2
     args = parser.parse_args(arguments)
     try:
@@ -256,17 +268,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
 
 
-def _wants_missing_sandbox(parser: argparse.ArgumentParser, arguments: list[str]) -> bool:
-    """``sandbox`` asked for while no distribution provides it (the product alone)."""
+def _unavailable_command(parser: argparse.ArgumentParser, arguments: list[str]) -> str | None:
+    """Why the command asked for cannot run although a distribution may provide it (None: it
+    can, or it is no such command and argparse says so)."""
     commands = [a for a in arguments if not a.startswith("-")]
-    if not commands or commands[0] != "sandbox":
-        return False
+    if not commands:
+        return None
+    unloadable: dict[str, str] = parser.get_default("unloadable_commands") or {}
+    if commands[0] in unloadable:
+        return unloadable[commands[0]]
     sub = next(
         action
         for action in parser._actions  # argparse keeps its subparsers action here
         if isinstance(action, argparse._SubParsersAction)
     )
-    return "sandbox" not in sub.choices
+    if commands[0] == "sandbox" and "sandbox" not in sub.choices:
+        return SANDBOX_HINT
+    return None
 
 
 def failure(error: BaseException) -> tuple[int, str]:

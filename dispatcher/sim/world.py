@@ -1,10 +1,9 @@
 """Topologies for the simulator: the topology files the sandbox also serves, as Kueue views.
 
-The simulator reads the same topology YAML as ``sandbox serve`` (:mod:`dispatcher.topology`):
-the objects that would be created on each cluster
-(:func:`~dispatcher.topology.topology_objects`) are parsed with the production views of
-:mod:`dispatcher.kueue.objects`, so a ClusterQueue means the same to the simulator, the emulator
-and the dispatcher.
+The simulator reads the same topology YAML as ``sandbox serve`` (:mod:`dispatcher.topology`): the
+objects that would be created on each cluster (:func:`~dispatcher.topology.topology_objects`) are
+parsed with the production views of :mod:`dispatcher.kueue.objects`, so a ClusterQueue means the
+same to the simulator, the emulator and the dispatcher.
 
 One key is added for the simulator, at the top level of the file and removed before the sandbox
 validates the rest: ``clusterLabels: {WORKER: {LABEL: VALUE}}``, the labels of each worker's

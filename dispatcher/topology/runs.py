@@ -7,11 +7,9 @@ Workload it creates,
 
 - the emulation's worker workload controller (``dispatcher_sandbox.kueue_emulator.core``), which
   finishes an admitted Workload;
-- the real control plane's Job finisher (:mod:`dispatcher_sandbox.real_kueue.finisher`), which
-writes
-  the Job status the Kubernetes Job controller would write;
-- on kind, real pods (``sandbox/dispatcher_sandbox/harness/e2e/kind_backend.py`` picks their
-command).
+- the real control plane's Job finisher (:mod:`dispatcher_sandbox.real_kueue.finisher`),
+  which writes the Job status the Kubernetes Job controller would write;
+- on kind, real pods (:mod:`dispatcher_sandbox.harness.e2e.kind_backend` picks their command).
 
 :data:`RUN_SECONDS_ANNOTATION` says how long the Job runs once started (absent: until deleted).
 :data:`HOLD_ANNOTATION` names a ConfigMap in the Job's namespace, on the cluster where it runs:

@@ -4,10 +4,11 @@ The demo starts the emulated manager and workers of a topology (default: the des
 ``worker-a100``, ``worker-h100``, ``worker-cpu``), the emulated Kueue on them, and the real
 dispatcher (:func:`dispatcher.app.manager.run_manager`) connected over HTTPS through the kubeconfig
 Secrets, exactly as in a cluster (:mod:`dispatcher_sandbox.environment`). Once the dispatcher has
-every worker connected it submits a workload mix (default: ``topologies/demo-workloads.jsonl``),
-shows a live view of the progress per cluster (``rich`` on a terminal; one plain line per second
-otherwise, as in CI) and ends with a summary: where each workload went and why (the dispatcher's
-``Nominated`` Event), its time to admission, and how many remote copies Kueue created for it.
+every worker connected it submits a workload mix (default: ``demo-workloads.jsonl`` of
+:mod:`dispatcher.topology`), shows a live view of the progress per cluster (``rich`` on a terminal;
+one plain line per second otherwise, as in CI) and ends with a summary: where each workload went and
+why (the dispatcher's ``Nominated`` Event), its time to admission, and how many remote copies Kueue
+created for it.
 
 **When it ends.** Before submitting, every workload is checked against the topology with the
 shared admission model (:func:`dispatcher.kueue.admission.evaluate` on empty ClusterQueues): a
@@ -178,8 +179,7 @@ class DemoEnvironment(Protocol):
     """What the demo reads of a running installation: the sandbox's
     :class:`~dispatcher_sandbox.environment.Environment` or, with ``--backend real``,
     :class:`~dispatcher_sandbox.real_kueue.environment.RealEnvironment` (same names; ``sandbox``
-    holds
-    the clusters and their kubeconfig files, ``kueue`` per cluster a connection with
+    holds the clusters and their kubeconfig files, ``kueue`` per cluster a connection with
     ``subscribe`` and ``cache``)."""
 
     topology: Topology
@@ -277,9 +277,9 @@ def expectations(lines: Sequence[WorkloadLine], topology: Topology) -> dict[str,
 
 
 def demo_workload_text() -> str:
-    """The built-in demo mix (``topologies/demo-workloads.jsonl``)."""
+    """The built-in demo mix (``demo-workloads.jsonl`` of :mod:`dispatcher.topology`)."""
     resource = (
-        importlib.resources.files("dispatcher_sandbox") / "topologies" / "demo-workloads.jsonl"
+        importlib.resources.files("dispatcher.topology") / "topologies" / "demo-workloads.jsonl"
     )
     return resource.read_text(encoding="utf-8")
 

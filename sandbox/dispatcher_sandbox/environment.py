@@ -7,13 +7,12 @@ run in this event loop, talking to the manager over HTTPS through a kubeconfig f
 workers through the kubeconfig Secrets, exactly as in a cluster.
 
 Kueue's side is configured as a platform team would: the manager's ``dispatcherName`` names our
-dispatcher (external mode), Kueue's workload webhook rule on ``clusterName`` (C18) is on,
-Kueue's Job webhook defaults ``spec.managedBy`` on the Jobs users create (C22,
+dispatcher (external mode), Kueue's workload webhook rule on ``clusterName`` (C18) is on, Kueue's
+Job webhook defaults ``spec.managedBy`` on the Jobs users create (C22,
 :mod:`dispatcher_sandbox.kueue_emulator.jobs.job_webhook`), and one remedy for the field-manager
-pitfall is
-chosen (``policy``: the
-``clear-nominated-cluster-names`` admission policy, C46, the default; ``gate``: the
-``WorkloadRequestUseMergePatch`` feature gate, C45; ``none``: neither, to show the pitfall).
+pitfall is chosen (``policy``: the ``clear-nominated-cluster-names`` admission policy, C46, the
+default; ``gate``: the ``WorkloadRequestUseMergePatch`` feature gate, C45; ``none``: neither, to
+show the pitfall).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""``simulate`` runs with the base install and the ``sim`` extra alone: a subprocess in which
-the libraries only the ``sandbox`` extra brings cannot be imported still simulates, plots and
-writes its JSON (README, *The simulator*; docs/simulator.md)."""
+"""``simulate`` runs with the product and its ``sim`` extra alone: a subprocess in which neither
+the test world (``dispatcher_sandbox``) nor the libraries only it brings can be imported still
+simulates, plots and writes its JSON (README, *The simulator*; docs/simulator.md)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ BLOCKED = frozenset({modules!r})
 
 
 class _Blocker:
-    '''Refuses the top-level modules of the sandbox extra's own distributions.'''
+    '''Refuses the test world and the top-level modules of its own distributions.'''
 
     def find_spec(self, name, path=None, target=None):
         if name.partition(".")[0] in BLOCKED:
@@ -39,10 +39,12 @@ def _names(requirements: list[str]) -> set[str]:
 
 
 def sandbox_only_distributions() -> set[str]:
-    """Distributions the ``sandbox`` extra adds that neither the base install nor ``sim`` has."""
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    extras = project["optional-dependencies"]
-    return _names(extras["sandbox"]) - _names(project["dependencies"]) - _names(extras["sim"])
+    """Distributions the test world requires that neither the product nor its ``sim`` extra has
+    (the test world's own distribution included)."""
+    product = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    world = tomllib.loads((ROOT / "sandbox" / "pyproject.toml").read_text())["project"]
+    own = _names(product["dependencies"]) | _names(product["optional-dependencies"]["sim"])
+    return (_names(world["dependencies"]) | {world["name"]}) - own - {product["name"]}
 
 
 def blocked_modules() -> set[str]:
@@ -72,11 +74,11 @@ def run_blocked(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_the_sandbox_extra_adds_libraries_the_blocker_refuses(tmp_path: Path) -> None:
-    """The premise: the sandbox extra has distinct libraries, they are installed here, and the
-    blocker makes the fake API server (which needs them) unimportable."""
+def test_the_test_world_adds_libraries_the_blocker_refuses(tmp_path: Path) -> None:
+    """The premise: the test world has distinct libraries, they are installed here, and the
+    blocker makes the test world unimportable."""
     assert {"jsonpatch", "cel-python", "cryptography", "rich"} <= sandbox_only_distributions()
-    assert {"jsonpatch", "celpy", "cryptography", "rich"} <= blocked_modules()
+    assert {"jsonpatch", "celpy", "cryptography", "rich", "dispatcher_sandbox"} <= blocked_modules()
     refused = run_blocked(tmp_path, "-c", "import dispatcher_sandbox.fake_apiserver")
     assert refused.returncode == 1
     assert "blocked by the test" in refused.stderr

@@ -6,7 +6,6 @@ kubernetes_asyncio client, exactly as in production.
 
 from __future__ import annotations
 
-import base64
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -14,8 +13,8 @@ from typing import Any
 
 import anyio
 import pytest
-import yaml
 from dispatcher_sandbox.fake_apiserver import FakeCluster
+from dispatcher_sandbox.harness.registry import FAST, KUEUE, NS, V, mkc, secret
 from dispatcher_sandbox.harness.scenario import multikueue_cluster_status
 from dispatcher_sandbox.kueue_crds import KUEUE_SHORT_FORMS
 from kubernetes_asyncio import client
@@ -24,34 +23,6 @@ from dispatcher.clusters.registry import Candidate, ClusterRegistry
 from dispatcher.k8s.client import KubeApi
 from dispatcher.k8s.watching import BackoffPolicy, WatchSettings
 from dispatcher.kueue.hints import CLUSTER_TAINTS, Taint
-
-NS = "kueue-system"
-KUEUE = "kueue.x-k8s.io"
-V = "v1beta2"
-FAST = WatchSettings(
-    server_timeout=30, inactivity_timeout=None, backoff=BackoffPolicy(0.05, 2, 0.2)
-)
-
-
-def secret(name: str, kubeconfig: dict[str, Any] | str) -> dict[str, Any]:
-    text = kubeconfig if isinstance(kubeconfig, str) else yaml.safe_dump(kubeconfig)
-    return {
-        "metadata": {"name": name, "namespace": NS},
-        "data": {"kubeconfig": base64.b64encode(text.encode()).decode()},
-    }
-
-
-def mkc(name: str, secret_name: str, location_type: str = "Secret") -> dict[str, Any]:
-    return {
-        "apiVersion": f"{KUEUE}/{V}",
-        "kind": "MultiKueueCluster",
-        "metadata": {"name": name, "labels": {"team": "ml"}},
-        "spec": {
-            "clusterSource": {
-                "kubeConfig": {"location": secret_name, "locationType": location_type}
-            }
-        },
-    }
 
 
 @dataclass

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import anyio
 from dispatcher_sandbox.fake_apiserver import FakeCluster
+from dispatcher_sandbox.harness.registry import FAST, KUEUE, NS, V, mkc, secret
 from dispatcher_sandbox.kueue_crds import KUEUE_SHORT_FORMS
 from kubernetes_asyncio import client, config
-from test_registry import FAST, KUEUE, NS, V, mkc, secret
 
 from dispatcher.clusters.registry import ClusterRegistry, WorkerState
 from dispatcher.k8s.client import KubeApi

@@ -19,7 +19,7 @@ import yaml
 from anyio.abc import SocketStream
 from dispatcher_sandbox.harness.controller import NS, World, world
 from dispatcher_sandbox.harness.scenario import b64, run_cli_process
-from test_unplaceable import (
+from dispatcher_sandbox.harness.unplaceable import (
     PENDING_STATUS,
     W2_LOOPS,
     add,

@@ -405,15 +405,14 @@ async def test_seeded_mix_ends_admitted_with_cluster_name_everywhere(backend: Ba
     await backend.release_hold("worker1", RELEASE)
     await backend.release_hold("worker1", RELEASE_HIGH)
 
-    # The loss comes once worker2 holds no Job: the real backend's Job finisher would crash on
-    # a status write to the stopped API server (sandbox/dispatcher_sandbox/real_kueue/finisher.py
-    # catches only
-    # answers of the server, not a refused connection), ending the run. Nor any copy: Kueue
-    # creates a worker's Job only in the reconcile that records the copy's admission (C33), so
-    # a copy may be admitted on worker2 with no Job there yet; cut off then, it comes back
-    # admitted next to its replacement, and real Kueue v0.19.2 converges onto the earlier
-    # admission ("attempting to change immutable ClusterName"), deletes the running copy and
-    # never finishes the Job (seen: the manager Job's status.startTime is immutable).
+    # The loss comes once worker2 holds no Job: the real backend's Job finisher would crash on a
+    # status write to the stopped API server (sandbox/dispatcher_sandbox/real_kueue/finisher.py
+    # catches only answers of the server, not a refused connection), ending the run. Nor any copy:
+    # Kueue creates a worker's Job only in the reconcile that records the copy's admission (C33), so
+    # a copy may be admitted on worker2 with no Job there yet; cut off then, it comes back admitted
+    # next to its replacement, and real Kueue v0.19.2 converges onto the earlier admission
+    # ("attempting to change immutable ClusterName"), deletes the running copy and never finishes
+    # the Job (seen: the manager Job's status.startTime is immutable).
     await backend.wait_for(
         lambda: (
             not backend.worker_jobs("worker2")

@@ -331,6 +331,7 @@ def test_make_test_runs_the_audit_on_the_venv() -> None:
 def _test_extra() -> list[str]:
     import tomllib
 
-    data = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    # The test tools come with the test world's `test` extra (sandbox/pyproject.toml).
+    data = tomllib.loads((ROOT / "sandbox" / "pyproject.toml").read_text())
     extra: list[str] = data["project"]["optional-dependencies"]["test"]
     return extra

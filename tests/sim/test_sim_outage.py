@@ -42,7 +42,7 @@ from dispatcher.sim.trace import (
 from dispatcher.sim.world import SimTopology, load_topology
 
 ROOT = Path(__file__).resolve().parents[2]
-SANDBOX_TOPOLOGY = ROOT / "dispatcher" / "sandbox" / "topologies" / "default.yaml"
+SANDBOX_TOPOLOGY = ROOT / "dispatcher" / "topology" / "topologies" / "default.yaml"
 MIX = Path(__file__).parent / "data" / "issue17-mix.jsonl"
 OURS = "gpu-type-affinity+capacity-first"
 RELEASE = f"{OURS}@release"

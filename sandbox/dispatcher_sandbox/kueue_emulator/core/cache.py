@@ -135,8 +135,7 @@ class PassState:
 
 class CoreCache(Controller):
     """The cache every part of :class:`~dispatcher_sandbox.kueue_emulator.core.CoreKueue` shares:
-    the
-    connection, the assumed workloads, the pass's :class:`PassState` and the queue views built
+    the connection, the assumed workloads, the pass's :class:`PassState` and the queue views built
     from it. Not used alone."""
 
     RESOURCES: ClassVar[tuple[Resource, ...]] = (
