@@ -1,4 +1,4 @@
-"""Throughput of the fake Kubernetes API server on one core (docs/fake-apiserver-spec.md).
+"""Throughput of the fake Kubernetes API server on one core (docs/fake-apiserver.md).
 
 Not a test: it prints figures, so later benchmarks (controller, sandbox) can quote the fake's own
 limit instead of guessing whether they measured the controller or the server.

@@ -1,4 +1,4 @@
-"""The ``multikueue-dispatcher`` command line (design section 4).
+"""The ``multikueue-dispatcher`` command line (README, *The manager process*).
 
 :func:`main` is the one error boundary: an expected failure of any command (bad settings from a
 flag, a ``DISPATCHER_*`` variable or the YAML file; no usable kubeconfig; a file that cannot be

@@ -13,7 +13,8 @@
 Shutdown (SIGTERM): stop taking work (cancel the leading scope) → reconciles are abandoned at
 their next await (every write is idempotent and based on a resourceVersion) → the Lease is
 released → clients are closed → the HTTP server stops; each step in a shielded, bounded scope,
-within 10 seconds in total (notes 2.3, 6).
+within 10 seconds in total (README, *Operations*; why shielded:
+``docs/fake-apiserver.md#9-client-facts``).
 """
 
 from __future__ import annotations

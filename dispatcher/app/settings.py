@@ -1,8 +1,8 @@
 """Settings of the manager process (issue 5, scope 1).
 
 Priority, highest first: command-line flags, environment variables ``DISPATCHER_*`` (nested
-fields with ``__``: ``DISPATCHER_LEADER_ELECTION__LEASE_NAME``), the YAML file, defaults (notes
-section 4). Unknown keys are errors; every field has a description, from which
+fields with ``__``: ``DISPATCHER_LEADER_ELECTION__LEASE_NAME``), the YAML file, defaults
+(docs/configuration.md). Unknown keys are errors; every field has a description, from which
 ``docs/configuration.md`` is generated (``scripts/gen_config_docs.py``).
 
 A list setting given as text (an environment variable, a flag, a YAML string) is a JSON list or

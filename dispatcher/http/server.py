@@ -1,10 +1,11 @@
-"""The probe and metrics HTTP server: ``/healthz``, ``/readyz`` and ``/metrics`` (notes 6.2).
+"""The probe and metrics HTTP server: ``/healthz``, ``/readyz`` and ``/metrics``.
 
-Health probes and metrics listen on separate addresses by default (Kueue: probes on ``:8081``,
-metrics on their own port); when both addresses are equal one listener serves all three paths.
+Health probes and metrics listen on separate addresses by default (``health_address`` and
+``metrics_address``, docs/configuration.md; Kueue: probes on ``:8081``, metrics on their own
+port); when both addresses are equal one listener serves all three paths.
 The server runs inside the anyio task tree: :func:`serve_http` reports the bound addresses through
 ``task_status.started()`` and, when cancelled, stops its listeners in a shielded scope bounded by
-``shutdown_timeout`` (notes 2.3).
+``shutdown_timeout`` (docs/fake-apiserver.md#9-client-facts).
 
 Nothing secret is ever answered: a failing check shows only the detail text the application
 chose, and a check that raises shows only the exception's type name.

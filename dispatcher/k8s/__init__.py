@@ -1,4 +1,4 @@
-"""The only package that imports kubernetes_asyncio (design section 3).
+"""The only package that imports kubernetes_asyncio (README, *A tour of the rooms*).
 
 - :mod:`~dispatcher.k8s.kubeconfig`: kubeconfig validation as Kueue does it (C62), Secrets;
 - :mod:`~dispatcher.k8s.client`: clients and :class:`~dispatcher.k8s.client.KubeApi`;

@@ -1,18 +1,21 @@
 """Clients for the manager and worker clusters, and a small typed wrapper over them.
 
 - :func:`client_from_kubeconfig` builds an ``ApiClient`` from a kubeconfig dict **after**
-  validating it (kubernetes_asyncio runs ``exec`` plugins otherwise, notes 1.1) and inside error
+  validating it (kubernetes_asyncio runs ``exec`` plugins otherwise) and inside error
   handling (a bad CA fails at construction with ``ssl.SSLError``).
 - :func:`client_from_kubeconfig_file` is for the dispatcher's own connection to the manager
   cluster from one file (the operator's own credentials, not a Secret); the full search
   (``--kubeconfig``, ``$KUBECONFIG``, in-cluster, ``~/.kube/config``) is
   :mod:`dispatcher.k8s.loading`.
 - :class:`KubeApi` wraps one ``ApiClient``: every call has an explicit timeout (without
-  ``_request_timeout`` kubernetes_asyncio waits forever, notes 1.3), bodies are plain dicts, and
+  ``_request_timeout`` kubernetes_asyncio waits forever), bodies are plain dicts, and
   errors come out as :class:`~dispatcher.k8s.errors.ApiError`.
 
 One ``KubeApi`` per cluster, long-lived, closed explicitly: :meth:`KubeApi.close` runs shielded
-and bounded, so it completes even in a cancelled scope (notes 2.3).
+and bounded, so it completes even in a cancelled scope.
+
+The kubernetes_asyncio and anyio facts behind these rules, and their tests:
+``docs/fake-apiserver.md#9-client-facts``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""An injectable clock for backoff, leases and deadlines (notes 2.4).
+"""An injectable clock for backoff, leases and deadlines (docs/fake-apiserver.md#9-client-facts).
 
 anyio has no fake clock for asyncio, so code that waits or measures durations takes a
 :class:`Clock`; tests pass a fake one.

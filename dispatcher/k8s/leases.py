@@ -1,4 +1,5 @@
-"""``coordination.k8s.io/v1`` Leases for leader election (notes 6.1, fake-apiserver-spec F61).
+"""``coordination.k8s.io/v1`` Leases for leader election (README, *Operations*;
+docs/fake-apiserver.md F61).
 
 Get, create and replace with optimistic concurrency: :func:`replace_lease` sends the
 resourceVersion it read, so a concurrent writer makes it fail with :class:`LeaseConflict`

@@ -1,7 +1,8 @@
 """Status writes: the one place that patches ``/status`` of a custom object.
 
 kubernetes_asyncio sends a dict body as ``application/json-patch+json`` unless ``_content_type``
-is given, which the API server rejects (notes 1.2). Both writers here pass it explicitly:
+is given, which the API server rejects (``docs/fake-apiserver.md#9-client-facts``). Both writers
+here pass it explicitly:
 
 - :func:`apply_status`: server-side apply (``application/apply-patch+yaml``) with a field manager
   and ``force`` (contract C48);

@@ -1,4 +1,5 @@
-"""The project's own list-then-watch loop (notes 1.3; kopf's ``continuous_watch`` on anyio).
+"""The project's own list-then-watch loop (kopf's ``continuous_watch`` on anyio; why:
+``docs/fake-apiserver.md#9-client-facts``).
 
 :func:`list_watch` runs until cancelled and pushes typed events into an anyio memory object
 stream (it never yields from inside a cancel scope):

@@ -1,6 +1,6 @@
 """Kueue's quota admission, as a pure model: who fits a ClusterQueue now, where, and at whose cost.
 
-This is the one admission model of the project (design section 3): the sandbox's Kueue emulator
+This is the one admission model of the project (docs/simulator.md): the sandbox's Kueue emulator
 (``dispatcher_sandbox.kueue_emulator.core``) runs it against the objects of a fake cluster, and the
 simulator runs it in virtual time. It follows Kueue v0.19's scheduler for the parts that matter to
 placement (contract C69, C71, C72):

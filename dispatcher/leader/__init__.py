@@ -1,4 +1,4 @@
-"""Leader election on a coordination.k8s.io/v1 Lease, on anyio (notes 6.1).
+"""Leader election on a coordination.k8s.io/v1 Lease, on anyio (README, *Operations*).
 
 :class:`LeaderElector` runs the controller only while this replica holds the Lease, steps down
 (:class:`LeadershipLost`) when renewal fails, and releases the Lease on shutdown.

@@ -1,4 +1,4 @@
-"""Leader election with a ``coordination.k8s.io/v1`` Lease, on anyio (notes 6.1).
+"""Leader election with a ``coordination.k8s.io/v1`` Lease, on anyio (README, *Operations*).
 
 Not kubernetes_asyncio's ``leaderelection`` (its leader coroutine outlives a cancelled ``run()``
 and a crashed one keeps the lease renewed). The algorithm is client-go's:
@@ -65,7 +65,8 @@ class Role(StrEnum):
 
 
 def default_identity() -> str:
-    """Pod name (``POD_NAME``) or host name, plus a random suffix (notes 6.1)."""
+    """Pod name (``POD_NAME``, set by the Deployment: docs/deployment.md) or host name, plus a
+    random suffix."""
     base = os.environ.get("POD_NAME") or socket.gethostname() or "dispatcher"
     return f"{base}_{uuid.uuid4().hex[:8]}"
 

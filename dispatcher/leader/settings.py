@@ -11,7 +11,8 @@ SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/
 
 
 class LeaderElectionSettings(BaseModel):
-    """Lease-based leader election, with controller-runtime's defaults (notes 6.1).
+    """Lease-based leader election, with controller-runtime's defaults (docs/configuration.md,
+    ``leader_election``).
 
     ``namespace`` empty means the pod's namespace (``POD_NAMESPACE``, else the service account's
     namespace file, else ``default``). ``renew_deadline_seconds`` must be shorter than

@@ -1,7 +1,8 @@
 """Structured logging: JSON lines by default, text for local runs, credentials redacted.
 
 Pass structured fields with ``extra=``; use the names ``workload`` (``namespace/name``),
-``cluster``, ``cluster_queue``, ``algorithm`` and ``replica_role`` where relevant (notes 6.3)::
+``cluster``, ``cluster_queue``, ``algorithm`` and ``replica_role`` where relevant, spelt as the
+metric labels are (docs/metrics.md)::
 
     log.info("nominated", extra={"workload": "team-a/job-1", "cluster": "worker-h100"})
 """

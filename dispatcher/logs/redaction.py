@@ -1,7 +1,7 @@
 """Redaction of credentials in log messages and structured fields.
 
-Logs must never carry Secret contents or kubeconfigs (notes 6.3). :func:`redact` removes, from any
-text:
+Logs must never carry Secret contents or kubeconfigs (README, *Operations*). :func:`redact` removes,
+from any text:
 
 - bearer and basic ``Authorization`` credentials (``Bearer eyJ…`` → ``Bearer [REDACTED]``);
 - the values of credential keys in YAML, JSON, Python-repr or ``key=value`` form:

@@ -13,6 +13,6 @@ Modules: :mod:`~dispatcher.sim.trace` (trace format, generator, JSONL loading),
 (``multikueue-dispatcher simulate``). The simulation is deterministic: virtual time, a seeded
 ``random.Random`` for the trace, no wall clock except to report how long each run took.
 
-This package sits beside the production code (design section 3); production code never imports
-it. Importing it is cheap: nothing is loaded until a submodule is used.
+This package sits beside the production code (README, *A tour of the rooms*); production code never
+imports it. Importing it is cheap: nothing is loaded until a submodule is used.
 """

@@ -1,8 +1,9 @@
 """The dispatcher's Prometheus series, defined once, recorded through a typed facade.
 
 Instruments are OpenTelemetry instruments read by the Prometheus exporter into an explicit
-:class:`prometheus_client.CollectorRegistry` (notes 5.1): the exporter adds the ``_total`` and
-unit suffixes, scope labels and ``target_info`` are switched off, so the series look like Kueue's.
+:class:`prometheus_client.CollectorRegistry`: the exporter adds the ``_total`` and unit
+suffixes, scope labels and ``target_info`` are switched off, so the series look like Kueue's
+(docs/metrics.md lists them as exported).
 Every series carries ``replica_role`` (``leader``, ``follower`` or ``standalone``) as Kueue's do.
 Gauges are observable: a removed cluster's series disappear with :meth:`Metrics.forget_cluster`.
 ``docs/metrics.md`` is generated from :data:`SERIES` (``scripts/gen_metrics_docs.py``).

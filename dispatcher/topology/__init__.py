@@ -10,7 +10,8 @@ the Incremental dispatcher, C59) and one MultiKueueCluster per worker pointing a
 Secret in ``kueue-system`` (C10, C77). Keys are spelled as in the Kueue API (``nodeLabels``,
 ``nominalQuota``, ``cohortName``…); unknown keys are errors, and every error names its field.
 
-:func:`default_topology` is the design's section 5 (``topologies/default.yaml`` in this package):
+:func:`default_topology` is the sandbox's default (README, *The sandbox*;
+``topologies/default.yaml`` in this package):
 ``worker-a100`` (8 × NVIDIA-A100-SXM4-80GB), ``worker-h100`` (4 × NVIDIA-H100-80GB-HBM3) and
 ``worker-cpu``. :func:`generic_topology` builds N identical CPU workers.
 
@@ -480,7 +481,8 @@ def load_topology(path: str | Path) -> Topology:
 
 
 def default_topology() -> Topology:
-    """The design's default topology (section 5), shipped as ``topologies/default.yaml``."""
+    """The sandbox's default topology (README, *The sandbox*), shipped as
+    ``topologies/default.yaml``."""
     resource = importlib.resources.files("dispatcher.topology") / "topologies" / "default.yaml"
     return parse_topology(yaml.safe_load(resource.read_text(encoding="utf-8")), source="default")
 

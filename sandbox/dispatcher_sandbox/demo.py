@@ -1,6 +1,6 @@
 """``multikueue-dispatcher sandbox``: the whole product on this machine, in one command.
 
-The demo starts the emulated manager and workers of a topology (default: the design's
+The demo starts the emulated manager and workers of a topology (default: the sandbox's
 ``worker-a100``, ``worker-h100``, ``worker-cpu``), the emulated Kueue on them, and the real
 dispatcher (:func:`dispatcher.app.manager.run_manager`) connected over HTTPS through the kubeconfig
 Secrets, exactly as in a cluster (:mod:`dispatcher_sandbox.environment`). Once the dispatcher has

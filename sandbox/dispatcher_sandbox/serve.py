@@ -1,7 +1,7 @@
 """``multikueue-dispatcher sandbox`` and ``sandbox serve``: emulated clusters on this machine.
 
 ``sandbox serve --dir DIR [--topology FILE | --workers N]`` starts the clusters of a topology
-(:mod:`dispatcher.topology`; default: the design's manager + ``worker-a100``,
+(:mod:`dispatcher.topology`; default: ``topologies/default.yaml``, a manager + ``worker-a100``,
 ``worker-h100``, ``worker-cpu``; ``--workers N``: a generic one with ``worker-1`` …), each a fake
 API server over HTTPS with the Kueue CRDs registered, writes ``DIR/<cluster>.kubeconfig`` (inline
 CA data and a token: the form Kueue accepts for workers), applies the topology through the API

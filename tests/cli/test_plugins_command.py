@@ -1,4 +1,4 @@
-"""The ``plugins`` command (design section 4): algorithms and where each comes from."""
+"""The ``plugins`` command (README, *The manager process*): algorithms and where each comes from."""
 
 from __future__ import annotations
 

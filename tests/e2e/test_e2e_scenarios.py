@@ -1,4 +1,5 @@
-"""The e2e scenarios S1-S16 (contract section 12.1), written once against :class:`Backend`.
+"""The e2e scenarios S1-S16 (docs/kueue-contract.md, section 12), written once against
+:class:`Backend`.
 
 The topology (``topology.yaml``, ``manifests/samples``): ``worker1`` with 2 A100 GPUs and 8Gi
 of memory, ``worker2`` with 4 H100 GPUs and 32Gi; asymmetric quotas force a job onto one worker

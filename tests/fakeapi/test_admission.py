@@ -1,10 +1,10 @@
 """Admission hooks of the fake API server, and Kueue's field-manager pitfall end to end.
 
-fake-apiserver-spec F48 (hook list, matching, denial), F49 (order: mutate → schema/CEL → validate →
-store; attribution to the request's field manager), F50 (Kueue's ``clear-nominated-cluster-names``
-policy hook), F51 (fail closed), the pitfall acceptance test F39 (a)–(c), and contract C42–C46,
-C54 (the MutatingAdmissionPolicy test matrix). The hand-written policy hook is checked against the
-real policy's CEL ``matchConditions`` from ``workload-map.yaml``.
+docs/fake-apiserver.md F48 (hook list, matching, denial), F49 (order: mutate → schema/CEL → validate
+→ store; attribution to the request's field manager), F50 (Kueue's ``clear-nominated-cluster-names``
+policy hook), F51 (fail closed), the pitfall acceptance test F39 (a)–(c), and contract C42–C46, C54
+(the MutatingAdmissionPolicy test matrix). The hand-written policy hook is checked against the real
+policy's CEL ``matchConditions`` from ``workload-map.yaml``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """HTTPS, certificates, kubeconfig and bearer-token authentication of the fake API server.
 
-fake-apiserver-spec F26 (certificates), F27 (kubeconfig), F28 (authentication), F29 (plain HTTP),
+docs/fake-apiserver.md F26 (certificates), F27 (kubeconfig), F28 (authentication), F29 (plain HTTP),
 and contract C62 (the kubeconfig form Kueue accepts for workers). Clients are
 ``kubernetes_asyncio`` built from the generated kubeconfig; raw requests use aiohttp with the
 cluster's CA, so that what is checked is the wire behaviour.

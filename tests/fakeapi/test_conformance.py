@@ -1,4 +1,4 @@
-"""Conformance of the fake API server through kubernetes_asyncio (fake-apiserver-spec §12).
+"""Conformance of the fake API server through kubernetes_asyncio (docs/fake-apiserver.md).
 
 Each test names the requirement it checks (F…). The clients are built from the cluster's own
 kubeconfig, so every request goes over HTTPS with the bearer token.
@@ -330,7 +330,7 @@ async def test_f10_json_patch(api: ApiClient) -> None:
 async def test_f10_dict_body_without_content_type_is_sent_as_json_patch_and_rejected(
     api: ApiClient,
 ) -> None:
-    """Spec §8: the client's default for a dict body is JSON patch; the server answers 400."""
+    """Section 9: the client's default for a dict body is JSON patch; the server answers 400."""
     await create_widget(api, "d")
     with pytest.raises(ApiException) as err:
         await client.CustomObjectsApi(api).patch_namespaced_custom_object(

@@ -1,10 +1,10 @@
 """Events and Leases as built-in kinds of the fake API server.
 
-fake-apiserver-spec F59 (core/v1 Events: PUT without resourceVersion, strategic merge approximated
-by a merge patch, field selectors on involvedObject.*, reason and type), F60 (events.k8s.io/v1
-Events, stored separately, selectors on regarding.*), F61 (coordination.k8s.io/v1 Leases: fields
-stored as given, optimistic concurrency for leader election). Driven through ``CoreV1Api``,
-``EventsV1Api`` and ``CoordinationV1Api``.
+docs/fake-apiserver.md F59 (core/v1 Events: PUT without resourceVersion, strategic merge
+approximated by a merge patch, field selectors on involvedObject.*, reason and type), F60
+(events.k8s.io/v1 Events, stored separately, selectors on regarding.*), F61 (coordination.k8s.io/v1
+Leases: fields stored as given, optimistic concurrency for leader election). Driven through
+``CoreV1Api``, ``EventsV1Api`` and ``CoordinationV1Api``.
 """
 
 from __future__ import annotations

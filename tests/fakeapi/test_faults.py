@@ -1,9 +1,9 @@
 """Fault injection, the request journal and the admin endpoint of the fake API server.
 
-fake-apiserver-spec F52 (control surfaces: Python API and admin HTTP endpoint), F53 (error
+docs/fake-apiserver.md F52 (control surfaces: Python API and admin HTTP endpoint), F53 (error
 faults), F54 (latency), F55 (dropping watches, clean and abrupt), F56 (cluster down and up), F57
 (watch expiry and history truncation), F58 (request journal and fault accounting), and the client
-fact of section 8 (a dict body without ``_content_type`` is sent as JSON patch and refused).
+fact of its section 9 (a dict body without ``_content_type`` is sent as JSON patch and refused).
 
 No timing assertions: latency is shown by a client timeout against a much longer delay, and
 watches are synchronised on the events they deliver.
@@ -489,7 +489,7 @@ async def test_f55_drop_selects_watches_by_path(
 async def test_f55_watch_forever_client_resumes_after_a_clean_drop(
     cluster: FakeCluster, api: client.ApiClient
 ) -> None:
-    """F55 with section 8: ``Watch.stream`` without ``timeout_seconds`` reconnects after a clean
+    """F55 with section 9: ``Watch.stream`` without ``timeout_seconds`` reconnects after a clean
     drop from the last seen resourceVersion, so no event is lost or repeated."""
     first = await _create(api, "a")
     events: list[tuple[str, str]] = []
@@ -643,7 +643,7 @@ WATCH_FOREVER_410_CASES = {
 async def test_f57_watch_forever_client_retries_410_once(
     cluster: FakeCluster, api: client.ApiClient, how: str, count: int, expected: list[str] | None
 ) -> None:
-    """F57 with section 8: ``Watch.stream`` without ``timeout_seconds`` retries a 410 once with
+    """F57 with section 9: ``Watch.stream`` without ``timeout_seconds`` retries a 410 once with
     the same resourceVersion. So ``expire_next_watches(1)`` is absorbed by that retry; to drive a
     watch-forever client into its re-list path use ``count >= 2`` or ``truncate_history()``."""
     a = await _create(api, "a")

@@ -1,4 +1,4 @@
-"""Conformance of the fake API server through the kubectl binary (fake-apiserver-spec F25).
+"""Conformance of the fake API server through the kubectl binary (docs/fake-apiserver.md F25).
 
 Every kubectl behaviour F25 lists has a test here, and so do the documented kubectl limits
 (F25 items 1, 2 and 4): those tests assert the documented failure, so that the README's statement
@@ -1059,7 +1059,7 @@ LIMIT_CASES = {
 async def test_f25_documented_limits(
     case: LimitCase, kubectl: Kubectl, cluster: FakeCluster, tmp_path: Path
 ) -> None:
-    """F25 limits 1–2 (and section 9): imperative creates send protobuf (415) and client-side
+    """F25 limits 1–2 (and section 10): imperative creates send protobuf (415) and client-side
     validation needs OpenAPI documents the fake does not serve; nothing is created."""
     path = manifest(tmp_path, "wl", workload("wl"))
     args = [str(path) if a == _WL_FILE else a for a in case.args]
@@ -1087,7 +1087,7 @@ async def test_f25_limit4_lists_are_not_tables_but_carry_kind_and_api_version(
 
 
 async def test_f25_no_openapi_documents(kubectl: Kubectl) -> None:
-    """Section 9: no OpenAPI documents (the cause of limit 2)."""
+    """Section 10: no OpenAPI documents (the cause of limit 2)."""
     result = await kubectl.fails("get", "--raw", "/openapi/v2")
     assert "NotFound" in result.stderr or "could not find" in result.stderr, result.describe()
 

@@ -1,4 +1,4 @@
-"""The schema module against the real Kueue v0.19.2 CRDs (fake-apiserver-spec F42–F47, section 12).
+"""The schema module against the real Kueue v0.19.2 CRDs (docs/fake-apiserver.md F42–F47).
 
 The CRD files are not copied into the repository: they are found through ``KUEUE_CRDS_DIR``, or
 ``<repo>/../shared/kueue-v0.19.2/crds``. Without them these tests skip, unless

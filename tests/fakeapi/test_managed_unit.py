@@ -1,4 +1,4 @@
-"""Unit tests of the server-side apply engine (fake-apiserver-spec F33-F38, contract C43)."""
+"""Unit tests of the server-side apply engine (docs/fake-apiserver.md F33-F38, contract C43)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Fake clusters as separate processes and several in one process (fake-apiserver-spec F20, F22,
-F23, F26–F28; issue item "several clusters in one process and as separate processes").
+"""Fake clusters as separate processes and several in one process (docs/fake-apiserver.md F20,
+F22, F23, F26–F28; issue item "several clusters in one process and as separate processes").
 
 - ``python -m dispatcher_sandbox.fake_apiserver`` (F23): two processes started side by side, each
 waited

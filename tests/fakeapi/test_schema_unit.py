@@ -1,4 +1,5 @@
-"""Unit tests of the schema and CEL modules with small hand-written schemas (spec F42–F47)."""
+"""Unit tests of the schema and CEL modules with small hand-written schemas (docs/fake-apiserver.md
+F42–F47)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every requirement F1–F61 of the fake API server spec is named by at least one test."""
+"""Every point F1–F61 of ``docs/fake-apiserver.md`` is named by at least one test."""
 
 from __future__ import annotations
 

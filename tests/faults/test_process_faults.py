@@ -7,9 +7,10 @@ killed with SIGKILL: nothing released, nothing flushed, the Lease left held. The
 (restart recovery, leader handover) go to the suite's table (tests/faults/conftest.py).
 
 Contract points: C48 (a nomination is written with the resourceVersion it was based on, so a
-restarted or new leader never contradicts one Kueue acted on), the design's "nothing lives only
-in memory" (the in-flight ledger is rebuilt from current nominations), and leader election
-(notes 6.1: one writer at a time, a killed leader's Lease expires after its duration).
+restarted or new leader never contradicts one Kueue acted on), nothing living only in memory
+(README, *Operations*: the in-flight ledger is rebuilt from current nominations), and leader
+election (README, *Operations*: one writer at a time; a killed leader's Lease expires after
+``leader_election.lease_duration_seconds``, docs/configuration.md).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 API servers over HTTPS, the emulated Kueue) with the real dispatcher process.
 
 1. "watches dropped every few seconds, 410 Expired on resume, bookmarks missing -> mirrors
-   converge (compare cache to a fresh list)": fake-apiserver-spec F55 (clean and abrupt drops),
+   converge (compare cache to a fresh list)": docs/fake-apiserver.md F55 (clean and abrupt drops),
    F57 (forced expiry and truncated history), F15/F17 (410 on resume, bookmarks).
 2. "a worker refuses connections, then is slow (2 s per request), then returns -> excluded,
    re-nominations within 30 s, included again; slowness of one worker never delays decisions

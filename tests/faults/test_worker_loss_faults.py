@@ -3,7 +3,7 @@ emulated Kueue) with the real dispatcher.
 
 Bullet: "a worker refuses connections, then is slow (2 s per request), then returns ->
 excluded, re-nominations within 30 s, included again; slowness of one worker never delays
-decisions for workloads that don't need it". Spec and contract points: fake-apiserver-spec F56
+decisions for workloads that don't need it". Points of docs/fake-apiserver.md and the contract: F56
 (down: connections refused and open streams cut; up: same port, CA, token and state), F54
 (latency on every request), contract C11 (a MultiKueueCluster whose connection is lost is not
 Active; the dispatcher leaves out a worker it is not connected to) and scenario S8 (a worker

@@ -88,7 +88,8 @@ async def test_errors_are_translated(cluster: FakeCluster, api: KubeApi) -> None
 
 
 async def test_every_request_is_bounded_by_its_timeout(cluster: FakeCluster, api: KubeApi) -> None:
-    """A hung server (latency fault) does not hang the client (notes 1.3)."""
+    """A hung server (latency fault) does not hang the client
+    (``docs/fake-apiserver.md#9-client-facts``)."""
     cluster.faults.latency(30.0, verbs=("get",), count=1)
     with anyio.fail_after(5):
         with pytest.raises(ApiUnreachable, match="timed out"):
@@ -116,7 +117,8 @@ async def test_the_operators_own_kubeconfig_file(cluster: FakeCluster, tmp_path:
 
 
 async def test_close_completes_in_a_cancelled_scope(cluster: FakeCluster) -> None:
-    """Shielded cleanup (notes 2.3): filterwarnings=error fails the test on an unclosed client."""
+    """Shielded cleanup (``docs/fake-apiserver.md#9-client-facts``): filterwarnings=error fails the
+    test on an unclosed client."""
     api = await KubeApi.from_kubeconfig(cluster.kubeconfig)
     await api.request("GET", "/version")
     with anyio.CancelScope() as scope:

@@ -1,4 +1,4 @@
-"""Lease helpers: optimistic concurrency and MicroTime (fake-apiserver-spec F61)."""
+"""Lease helpers: optimistic concurrency and MicroTime (docs/fake-apiserver.md F61)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""Status writes through dispatcher.k8s.patching (contract C42–C48, notes 1.2).
+"""Status writes through dispatcher.k8s.patching (contract C42–C48;
+``docs/fake-apiserver.md#9-client-facts``).
 
-The fake server's journal (fake-apiserver-spec F58) shows what went over the wire: the content
+The fake server's journal (docs/fake-apiserver.md F58) shows what went over the wire: the content
 type, the field manager and the query (``force`` only on apply).
 """
 
@@ -101,7 +102,7 @@ async def test_merge_patch_sends_merge_patch_and_never_force(
 async def test_a_dict_body_without_the_wrapper_is_sent_as_json_patch(
     cluster: FakeCluster, api: KubeApi
 ) -> None:
-    """The reason the wrapper exists (notes 1.2, fake-apiserver-spec section 8)."""
+    """The reason the wrapper exists (docs/fake-apiserver.md#9-client-facts)."""
     await _workload(api)
     custom = client.CustomObjectsApi(api.api_client)
     with pytest.raises(client.ApiException) as caught:

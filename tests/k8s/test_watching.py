@@ -1,4 +1,4 @@
-"""The list-then-watch loop against a fake cluster (notes 1.3; fake-apiserver-spec F55–F57).
+"""The list-then-watch loop against a fake cluster (docs/fake-apiserver.md F55–F57 and section 9).
 
 A consumer applies every event to an :class:`ObjectCache`; tests wait on conditions under
 deadlines and finally compare the cache with a fresh LIST.

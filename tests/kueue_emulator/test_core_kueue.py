@@ -1,6 +1,6 @@
 """The emulated Kueue core on one cluster, driven only through the API.
 
-Each test names the contract point it shows (``docs/kueue-multikueue-contract.md``): C13–C15
+Each test names the contract point it shows (``docs/kueue-contract.md``): C13–C15
 (conditions and ``status.admission``), C37–C39 (eviction, reset of the two dispatcher fields,
 rejection), C69 (ClusterQueue status, cohorts), C71 (GPU type through flavor node labels), C72
 (the worker-side admission sequence, preemption, queueing, running and finishing). Every write

@@ -1,4 +1,4 @@
-"""Leader election on a fake cluster's Lease (notes 6.1, fake-apiserver-spec F61).
+"""Leader election on a fake cluster's Lease (README, *Operations*; docs/fake-apiserver.md F61).
 
 Short real leases (1–3 s) with deadlines, and an injected fake clock where the production
 defaults (15 s / 10 s / 2 s) are checked without waiting. No timing assertions: every wait is a

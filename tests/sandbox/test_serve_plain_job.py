@@ -14,7 +14,7 @@ dispatcher as processes, driven with kubectl, on the sandbox backend and on real
 
 The same YAML and the same kubectl commands run on both backends. The fake API server serves no
 OpenAPI documents, so on the sandbox ``kubectl apply`` gets ``--validate=false`` (a documented
-kubectl limit, fake-apiserver-spec F25); the real backend uses kubectl's default validation.
+kubectl limit, docs/fake-apiserver.md F25); the real backend uses kubectl's default validation.
 Every wait is ``kubectl wait`` with a deadline (a watch on the server), never a sleep. The real
 variant needs the built binaries (``testkit.require_real_backend``: skipped, saying why, when
 they are missing) and must run alone on the machine:

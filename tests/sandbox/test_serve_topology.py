@@ -2,7 +2,7 @@
 
 Contract points: C68 (the same LocalQueues on every cluster), C71 (GPU flavors), C10/C77
 (MultiKueueClusters and their kubeconfig Secrets on the manager), C8 (the AdmissionCheck), C9/C59
-(MultiKueueConfig order); the design's section 5 default topology. The process is started with
+(MultiKueueConfig order); the default topology (README, *The sandbox*). The process is started with
 ``sys.executable``, waited for through its ``READY`` line with a deadline, read through
 kubernetes_asyncio with the kubeconfig files it wrote, and stopped with SIGTERM.
 """

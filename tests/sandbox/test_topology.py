@@ -5,7 +5,7 @@ Contract points: C9 (MultiKueueConfig, at most 20 clusters, order), C10 and C77 
 ClusterQueue), C68 (same namespaces and LocalQueue names on every cluster), C69 (ClusterQueue
 quotas, cohorts, borrowingLimit, preemption), C71 (GPU type as the flavor node label
 ``nvidia.com/gpu.product``), C12 (Workload spec fields), C78 (per-cluster quotas, priority
-classes high/low); the design's section 5 for the default topology.
+classes high/low); README, *The sandbox*, for the default topology.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def objects_of(topology_objects_list: list[tuple[Any, Obj]], kind: str) -> list[
     return [body for _, body in topology_objects_list if body["kind"] == kind]
 
 
-# --- the default topology (design section 5) ----------------------------------------------------
+# --- the default topology (README, *The sandbox*) ----------------------------------------------
 
 
 def test_c71_default_topology_is_the_designs_a100_h100_cpu_setup() -> None:

@@ -1,4 +1,5 @@
-"""A small wrapper around ``cel-python`` (``celpy``) for the fake API server (spec F44, F45, F47).
+"""A small wrapper around ``cel-python`` (``celpy``) for the fake API server (F44, F45, F47 of
+``docs/fake-apiserver.md``).
 
 Expressions are compiled once per process and cached by their text. Compilation rejects any function
 that is not part of standard CEL (for example Kubernetes' ``quantity()``, ``url()`` or the string

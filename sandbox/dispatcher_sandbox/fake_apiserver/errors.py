@@ -1,4 +1,4 @@
-"""Kubernetes ``Status`` error bodies (fake-apiserver-spec F8)."""
+"""Kubernetes ``Status`` error bodies (docs/fake-apiserver.md F8)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Fault injection and the request journal (fake-apiserver-spec F52–F58)."""
+"""Fault injection and the request journal (docs/fake-apiserver.md F52–F58)."""
 
 from __future__ import annotations
 

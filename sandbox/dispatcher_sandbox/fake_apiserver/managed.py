@@ -1,4 +1,4 @@
-"""Server-side apply and field ownership (fake-apiserver-spec F33-F38).
+"""Server-side apply and field ownership (docs/fake-apiserver.md F33-F38).
 
 A pure, synchronous model of what kube-apiserver's field manager does with
 ``metadata.managedFields``. The HTTP layer calls :func:`apply` for

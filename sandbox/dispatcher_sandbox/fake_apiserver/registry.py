@@ -1,4 +1,4 @@
-"""Which resources a fake cluster serves (fake-apiserver-spec F1, F2, F40, F41, F59–F61).
+"""Which resources a fake cluster serves (docs/fake-apiserver.md F1, F2, F40, F41, F59–F61).
 
 A resource is stored once per ``(group, plural)`` and may be served under several versions. The
 fake does not convert between versions: objects are stored as written and only ``apiVersion`` is

@@ -1,10 +1,10 @@
 """Structural schemas of custom resources: pruning, defaulting, validation and CEL rules.
 
-This module implements spec F42–F45 as a pure, synchronous library. :func:`compile_schema` turns one
-CRD version's ``openAPIV3Schema`` into a :class:`CompiledSchema` (cached, so clusters that share a
-CRD share the compiled schema). :meth:`CompiledSchema.admit` takes the object a write would store
-and returns it pruned and defaulted together with the list of validation errors, in the order the
-real API server applies these steps:
+This module implements F42–F45 of ``docs/fake-apiserver.md`` as a pure, synchronous library.
+:func:`compile_schema` turns one CRD version's ``openAPIV3Schema`` into a :class:`CompiledSchema`
+(cached, so clusters that share a CRD share the compiled schema). :meth:`CompiledSchema.admit` takes
+the object a write would store and returns it pruned and defaulted together with the list of
+validation errors, in the order the real API server applies these steps:
 
 1. **Pruning** (F43): fields that the schema does not declare are dropped, except below
    ``x-kubernetes-preserve-unknown-fields: true``. ``apiVersion``, ``kind`` and ``metadata`` of the

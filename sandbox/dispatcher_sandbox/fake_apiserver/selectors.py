@@ -1,4 +1,4 @@
-"""Label and field selectors (fake-apiserver-spec F13, F19, F59, F60)."""
+"""Label and field selectors (docs/fake-apiserver.md F13, F19, F59, F60)."""
 
 from __future__ import annotations
 

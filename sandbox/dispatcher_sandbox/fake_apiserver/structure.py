@@ -1,4 +1,4 @@
-"""The view of a CRD schema that server-side apply needs (fake-apiserver-spec F36).
+"""The view of a CRD schema that server-side apply needs (docs/fake-apiserver.md F36).
 
 Server-side apply merges objects field by field and lists either atomically or by key. Which one
 depends on the schema's ``x-kubernetes-list-type``, ``x-kubernetes-list-map-keys`` and

@@ -1,4 +1,5 @@
-"""A fake clock for leader-election tests (notes 2.4: inject the clock)."""
+"""A fake clock for leader-election tests (the clock is injected:
+``docs/fake-apiserver.md#9-client-facts``)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ Every controller of the emulation talks to its cluster only over HTTPS through a
 informers), and is level-triggered: any change marks it dirty, and its ``reconcile`` recomputes
 everything from the cached objects, so a missed event can delay but never lose work.
 
-Contract points (C…) refer to ``docs/kueue-multikueue-contract.md``.
+Contract points (C…) refer to ``docs/kueue-contract.md``.
 """
 
 from __future__ import annotations
