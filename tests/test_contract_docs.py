@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from dispatcher_sandbox.harness.markdown import github_anchor, heading_anchors
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTRACT = ROOT / "docs" / "kueue-contract.md"
@@ -30,7 +31,6 @@ _REFERENCE = re.compile(
 )
 _POINT_HEADING = re.compile(r"^### C(?P<number>[0-9]+)\. (?P<title>\S.*)$")
 _BOLD_DEFINITION = re.compile(r"^\*\*C[0-9]+\.")
-_HEADING = re.compile(r"^#{1,6} (?P<text>.+?)\s*$")
 _CONTRACT_LINK = re.compile(r"kueue-contract\.md#(?P<anchor>[A-Za-z0-9_-]+)")
 _MARKDOWN_LINK = re.compile(r"\]\((?P<target>[^)\s]*)\)")
 _CODE_SPAN = re.compile(r"`[^`\n]*`")
@@ -65,26 +65,6 @@ def parse_references(text: str) -> list[Reference]:
 def referenced_numbers(text: str) -> list[int]:
     """Every point number ``text`` cites, ranges expanded, in order of appearance."""
     return [n for ref in parse_references(text) for n in ref.numbers()]
-
-
-def github_anchor(heading: str) -> str:
-    """The anchor GitHub gives a Markdown heading: lower case, punctuation dropped, dashes."""
-    text = heading.strip().lower().replace("`", "")
-    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
-
-
-def heading_anchors(markdown: str) -> set[str]:
-    """The anchors of all headings of a Markdown document (code blocks skipped)."""
-    anchors: set[str] = set()
-    in_code = False
-    for line in markdown.splitlines():
-        if line.startswith("```"):
-            in_code = not in_code
-            continue
-        match = _HEADING.match(line)
-        if match and not in_code:
-            anchors.add(github_anchor(match["text"]))
-    return anchors
 
 
 def defined_points(markdown: str) -> dict[int, str]:

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 # One definition of GitHub's heading anchors for both documents of numbered points.
-from test_contract_docs import github_anchor, heading_anchors
+from dispatcher_sandbox.harness.markdown import github_anchor, heading_anchors
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "fake-apiserver.md"
