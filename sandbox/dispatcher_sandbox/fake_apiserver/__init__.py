@@ -9,6 +9,33 @@ Each cluster has its own store, resourceVersion counter, watch history, admissio
 (:attr:`FakeCluster.admission`), faults (:attr:`FakeCluster.faults`) and request journal
 (:attr:`FakeCluster.journal`). ``python -m dispatcher_sandbox.fake_apiserver`` runs one as a
 process.
+
+Modules, by concern:
+
+- ``server``: :class:`FakeCluster`, the facade composing the parts; lifecycle, test controls
+- ``state``: ``ClusterState``, the Protocol through which the parts read their cluster
+- ``app``: the aiohttp application of the API port and its journal, auth and fault middleware
+- ``routing``: request path to answer: health, discovery or a resource verb; 422s noted
+- ``discovery``: ``/version``, ``/api``, ``/apis`` and the resource lists
+- ``handlers``: get, list, create, update, patch and delete of stored objects
+- ``watch``: watch streams: initial events, replay, bookmarks, timeouts
+- ``apply``: server-side apply glue from an apply request to ``managed``
+- ``managed``: the server-side apply merge and managedFields ownership
+- ``patch``: JSON merge patch and JSON patch
+- ``admission``: admission hooks, the admission step of a write, Kueue's policy and webhook rule
+- ``namespaces``: default namespaces, the namespace of a new object, deletion's cascade
+- ``crds``: CRD files, CRD status, unserving a version
+- ``objects``: ``Target``, time stamps, rendering, selection, built-in defaulting
+- ``registry``: the served resources (built-in kinds and CRDs)
+- ``store``: objects, resourceVersions, watch history and fan-out
+- ``schema``, ``cel``, ``structure``: OpenAPI schema validation, defaulting and CEL rules
+- ``selectors``: label and field selectors
+- ``errors``: ``Status`` error bodies
+- ``faults``: injected faults and the request journal
+- ``admin``: the admin endpoint (faults, down and up, watches, journal over HTTP)
+- ``records``: process-wide records of 422 answers and issued credentials
+- ``tls``, ``kubeconfig``: certificates and kubeconfigs
+- ``__main__``: one cluster as a process
 """
 
 from __future__ import annotations

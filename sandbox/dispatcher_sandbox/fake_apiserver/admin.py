@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import secrets
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
-from dispatcher_sandbox.fake_apiserver.faults import Fault
-
-if TYPE_CHECKING:
-    from dispatcher_sandbox.fake_apiserver.server import FakeCluster
+from dispatcher_sandbox.fake_apiserver.app import same_token
+from dispatcher_sandbox.fake_apiserver.faults import Fault, Faults, Journal
+from dispatcher_sandbox.fake_apiserver.store import Store
 
 _FAULT_FIELDS = {
     "kind",
@@ -45,7 +43,32 @@ _FAULT_FIELDS = {
 }
 
 
-def admin_app(cluster: FakeCluster) -> web.Application:
+class Administered(Protocol):
+    """What the admin endpoint reads and drives of its cluster (a
+    :class:`~dispatcher_sandbox.fake_apiserver.server.FakeCluster`)."""
+
+    name: str
+    token: str
+    port: int
+    store: Store
+    faults: Faults
+    journal: Journal
+
+    @property
+    def is_up(self) -> bool: ...
+
+    async def down(self) -> None: ...
+
+    async def up(self) -> None: ...
+
+    def drop_watches(self, path: str = "", *, abrupt: bool = False) -> int: ...
+
+    def expire_next_watches(self, count: int = 1) -> None: ...
+
+    def truncate_history(self) -> None: ...
+
+
+def admin_app(cluster: Administered) -> web.Application:
     """The aiohttp application of one cluster's admin endpoint."""
 
     @web.middleware
@@ -54,9 +77,7 @@ def admin_app(cluster: FakeCluster) -> web.Application:
             response: web.StreamResponse = await handler(request)
             return response
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not secrets.compare_digest(
-            token.strip().encode("utf-8", "surrogateescape"), cluster.token.encode()
-        ):
+        if scheme.lower() != "bearer" or not same_token(token, cluster.token):
             return web.json_response({"error": "Unauthorized"}, status=401)
         try:
             result: web.StreamResponse = await handler(request)

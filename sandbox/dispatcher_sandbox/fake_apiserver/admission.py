@@ -2,16 +2,23 @@
 
 A write is computed (patch, apply merge), then passed through the mutating hooks in order, then
 validated against the schema and CEL rules, then through the validating hooks, and only then
-stored (F49). A hook denies by raising :class:`Denied`; any other exception fails the request
-closed with 500 (F51).
+stored (F49): :func:`admit` runs these steps for the handlers. A hook denies by raising
+:class:`Denied`; any other exception fails the request closed with 500 (F51).
 """
 
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from dispatcher_sandbox.fake_apiserver import managed
+from dispatcher_sandbox.fake_apiserver.errors import ApiError, invalid
+from dispatcher_sandbox.fake_apiserver.objects import Target
+
+log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 
@@ -138,6 +145,93 @@ def _with_object(request: AdmissionRequest, obj: Obj | None) -> AdmissionRequest
         user=request.user,
         field_manager=request.field_manager,
     )
+
+
+# --- the admission step of a write (F49, F51) -----------------------------------------------------
+
+
+def run_hook(fn: Callable[[], Any]) -> Any:
+    """Run hooks: a denial passes through, any other failure is a 500 (F51: fail closed)."""
+    try:
+        return fn()
+    except Denied:
+        raise
+    except Exception as exc:  # F51: fail closed
+        log.exception("admission hook failed")
+        raise ApiError(500, f"Internal error occurred: admission hook failed: {exc}") from exc
+
+
+def admit(
+    chain: AdmissionChain,
+    target: Target,
+    operation: str,
+    old: Obj | None,
+    new: Obj,
+    *,
+    manager: str,
+    apply_entry: bool,
+    clock: Callable[[], str],
+) -> Obj:
+    """Mutating hooks, ownership, schema and CEL, validating hooks (F49); returns the final
+    object (not yet stored). ``apply_entry``: the write was an apply, so hook changes are
+    attributed to the applier's Apply entry. ``clock`` stamps the managedFields entries."""
+    resource = target.resource
+    name = new["metadata"].get("name", "")
+    review = AdmissionRequest(
+        operation=operation,
+        group=resource.group,
+        version=target.version,
+        resource=resource.plural,
+        subresource=target.subresource,
+        namespace=new["metadata"].get("namespace"),
+        name=name,
+        object=copy.deepcopy(new),
+        old_object=copy.deepcopy(old) if old is not None else None,
+        user="sandbox-admin",
+        field_manager=manager,
+    )
+    mutated = run_hook(lambda: chain.mutate(review)) or new
+    schema = resource.schema(target.version)
+    structure = schema.root if schema is not None else None
+    now = clock()
+    if apply_entry:
+        if mutated != new:
+            mutated = managed.record_update(
+                new,
+                mutated,
+                manager=manager,
+                operation="Apply",
+                api_version=target.api_version,
+                subresource=target.subresource,
+                schema=structure,
+                now=now,
+            )
+    else:
+        mutated = managed.record_update(
+            old,
+            mutated,
+            manager=manager,
+            operation="Update",
+            api_version=target.api_version,
+            subresource=target.subresource,
+            schema=structure,
+            now=now,
+        )
+    if schema is not None:
+        final, errors = schema.admit(mutated, old)
+        if errors:
+            from dispatcher_sandbox.fake_apiserver.schema import invalid_message
+
+            message = invalid_message(resource.kind, resource.group, name, errors)
+            causes = [{"reason": e.reason, "message": e.message, "field": e.field} for e in errors]
+            raise invalid(resource.kind, resource.group, name, message, causes)
+    else:
+        final = mutated
+    validated = AdmissionRequest(
+        **{**review.__dict__, "object": copy.deepcopy(final)},
+    )
+    run_hook(lambda: chain.validate(validated))
+    return final
 
 
 # --- Kueue's clear-nominated-cluster-names MutatingAdmissionPolicy (contract C46) ----------------
