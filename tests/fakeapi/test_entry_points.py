@@ -12,9 +12,11 @@ import yaml
 from dispatcher_sandbox.fake_apiserver import FakeCluster, Faults, fake_cluster, merge_kubeconfigs
 from kubernetes_asyncio import client, config
 
-FAKEAPI = Path(__file__).resolve().parents[2] / "dispatcher" / "sandbox" / "fakeapi"
+FAKEAPI = Path(__file__).resolve().parents[2] / "sandbox" / "dispatcher_sandbox" / "fake_apiserver"
 # Third-party imports the fake server may use (F24): all installable from PyPI, no binaries.
 ALLOWED_THIRD_PARTY = {"aiohttp", "yaml", "jsonpatch", "cryptography", "celpy"}
+# The fake server's own libraries, which the product does not need.
+SANDBOX_ONLY = {"jsonpatch", "cryptography", "cel-python"}
 
 
 async def test_f22_context_manager_exposes_port_kubeconfig_and_controls() -> None:
@@ -55,7 +57,20 @@ def third_party_imports(path: Path) -> set[str]:
             names.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module.split(".")[0])
-    return {n for n in names if n not in sys.stdlib_module_names and n != "dispatcher"}
+    return {n for n in names if n not in sys.stdlib_module_names and n != "dispatcher_sandbox"}
+
+
+def runtime_requirements(distribution: str) -> set[str]:
+    """The names of a distribution's requirements outside any extra, lower case."""
+    return {
+        r.split(";")[0].split(">")[0].split("<")[0].split("=")[0].strip().lower()
+        for r in metadata.requires(distribution) or []
+        if "extra ==" not in r
+    }
+
+
+def test_f24_fake_server_modules_are_found() -> None:
+    assert (FAKEAPI / "server.py").is_file()
 
 
 @pytest.mark.parametrize("module", sorted(p.name for p in FAKEAPI.glob("*.py")))
@@ -64,18 +79,11 @@ def test_f24_fake_server_imports_only_pypi_libraries(module: str) -> None:
 
 
 def test_f24_sandbox_extra_declares_the_fake_servers_libraries() -> None:
-    requirements = metadata.requires("multikueue-dispatcher") or []
-    sandbox = {
-        r.split(";")[0].split(">")[0].split("<")[0].split("=")[0].strip().lower()
-        for r in requirements
-        if 'extra == "sandbox"' in r
-    }
-    runtime = {
-        r.split(";")[0].split(">")[0].split("<")[0].split("=")[0].strip().lower()
-        for r in requirements
-        if "extra ==" not in r
-    }
-    assert {"jsonpatch", "cryptography", "cel-python"} <= sandbox
-    assert {"aiohttp", "pyyaml"} <= runtime
+    """The sandbox distribution (``sandbox/pyproject.toml``) requires the fake server's own
+    libraries; the product requires aiohttp and PyYAML and none of those."""
+    sandbox = runtime_requirements("multikueue-dispatcher-sandbox")
+    product = runtime_requirements("multikueue-dispatcher")
+    assert sandbox >= SANDBOX_ONLY
+    assert {"aiohttp", "pyyaml"} <= product
     # None of the sandbox-only libraries is forced on the manager image.
-    assert not ({"jsonpatch", "cryptography", "cel-python"} & runtime)
+    assert not (SANDBOX_ONLY & product)
