@@ -405,16 +405,6 @@ def test_outside_citation_pattern(text: str, cites: bool) -> None:
 EXEMPT_FILES = {"tests/test_fake_api_docs.py"}
 SAMPLE_TEXTS = {("tests/test_contract_docs.py", '"F39, S12, notes 1.2"')}
 
-# Files that another change of issue 19 rewrites at the same time (the fake API server split into
-# modules): their citations are rewritten there. Remove an entry once its file no longer cites an
-# outside document.
-PENDING_FILES = {
-    "sandbox/dispatcher_sandbox/fake_apiserver/__init__.py",
-    "sandbox/dispatcher_sandbox/fake_apiserver/admin.py",
-    "sandbox/dispatcher_sandbox/fake_apiserver/admission.py",
-    "sandbox/dispatcher_sandbox/fake_apiserver/server.py",
-}
-
 
 def tracked_files() -> list[str]:
     """The repository's files (``git ls-files``; outside a checkout, every file in the tree)."""
@@ -451,10 +441,6 @@ def test_no_citation_of_a_document_outside_the_repository() -> None:
     files = tracked_files()
     assert "README.md" in files, "the listing of the repository's files failed"
     found = outside_citations(files)
-    pending = {name for name, _, _ in found if name in PENDING_FILES}
-    stale = sorted(PENDING_FILES - pending)
-    assert stale == [], "these no longer cite an outside document: remove them from PENDING_FILES"
-    left = [(name, line, text) for name, line, text in found if name not in PENDING_FILES]
-    assert left == [], "cite the document in this repository that states the fact:\n" + "\n".join(
-        f"  {name}:{line}: {text}" for name, line, text in left
+    assert found == [], "cite the document in this repository that states the fact:\n" + "\n".join(
+        f"  {name}:{line}: {text}" for name, line, text in found
     )

@@ -1,4 +1,4 @@
-"""A fake Kubernetes API server for tests and the sandbox (``docs/fake-apiserver-spec.md``).
+"""A fake Kubernetes API server for tests and the sandbox (``docs/fake-apiserver.md``).
 
 Start one cluster per emulated Kubernetes cluster::
 

@@ -1,4 +1,4 @@
-"""The admin endpoint of a fake cluster (fake-apiserver-spec F52).
+"""The admin endpoint of a fake cluster (F52 of docs/fake-apiserver.md).
 
 Plain HTTP on 127.0.0.1, on its own port so that a cluster that is "down" can be brought back.
 It is not part of discovery and needs the cluster's bearer token. Routes:

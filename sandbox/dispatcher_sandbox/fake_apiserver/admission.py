@@ -1,4 +1,4 @@
-"""Admission hooks (fake-apiserver-spec F48–F51) and Kueue's ready-made policy (F50, C46).
+"""Admission hooks (F48–F51 of docs/fake-apiserver.md) and Kueue's ready-made policy (F50, C46).
 
 A write is computed (patch, apply merge), then passed through the mutating hooks in order, then
 validated against the schema and CEL rules, then through the validating hooks, and only then

@@ -2,7 +2,7 @@
 
 :class:`Target` (what a resource URL addresses), the time stamp format, the copy a client is
 shown (:func:`render`), the label and field selection of a list or watch, and the defaulting of
-built-in kinds. Requirement numbers (F…) refer to ``docs/fake-apiserver-spec.md``.
+built-in kinds. Requirement numbers (F…) are the points of ``docs/fake-apiserver.md``.
 """
 
 from __future__ import annotations

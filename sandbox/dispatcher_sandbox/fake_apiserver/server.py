@@ -1,4 +1,4 @@
-"""The fake Kubernetes API server: one instance per emulated cluster (fake-apiserver-spec).
+"""The fake Kubernetes API server: one instance per emulated cluster (docs/fake-apiserver.md).
 
 Each :class:`FakeCluster` owns its store, resourceVersion counter, watch history, registry,
 admission chain, faults and journal, and serves HTTPS with a bearer token on its own port
@@ -6,7 +6,7 @@ admission chain, faults and journal, and serves HTTPS with a bearer token on its
 router (:mod:`.routing`) with discovery (:mod:`.discovery`), the resource verbs
 (:mod:`.handlers`) and watches (:mod:`.watch`), and the admin endpoint (:mod:`.admin`); the parts
 read the cluster through :class:`.state.ClusterState`.
-Requirement numbers (F…) in comments refer to ``docs/fake-apiserver-spec.md``.
+Requirement numbers (F…) in comments are the points of ``docs/fake-apiserver.md``.
 """
 
 from __future__ import annotations
