@@ -35,12 +35,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from dispatcher_sandbox.harness.scenario import counting_executor_calls
 from kubernetes_asyncio import config as k8s_config
 
 from dispatcher.k8s.client import KubeApi, client_from_kubeconfig
 from dispatcher.k8s.patching import apply_status
 from dispatcher.k8s.resources import WORKLOADS
+from dispatcher_sandbox.harness.scenario import counting_executor_calls
 
 KUEUE, VERSION, NAMESPACE, NAME = "kueue.x-k8s.io", "v1beta2", "default", "probe"
 WARM_UP = 20

@@ -218,9 +218,8 @@ def _print_result(
 async def _serve(args: argparse.Namespace) -> None:
     """Start the clusters, print READY, flip workloads on GO, print RESULT, wait for SIGTERM."""
     names, directory = _server_setup(args)
-    from dispatcher_sandbox.serve import start_topology
-
     from dispatcher.topology import generic_topology
+    from dispatcher_sandbox.serve import start_topology
 
     sandbox = await start_topology(directory, generic_topology(names))
     manager = sandbox.manager
@@ -313,9 +312,8 @@ async def _serve_kueue(args: argparse.Namespace) -> None:
     event some watch of the dispatcher receives. Prints READY, waits for GO, prints RESULT.
     """
     names, directory = _server_setup(args)
-    from dispatcher_sandbox.environment import environment
-
     from dispatcher.topology import WorkloadLine, generic_topology
+    from dispatcher_sandbox.environment import environment
 
     overrides: dict[str, Any] = {"version": args.kueue_version}
     if args.kueue_worker_qps is not None:

@@ -49,9 +49,9 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from dispatcher_sandbox.real_kueue.mix import MILESTONES, Dispatcher, MixOutcome, run_mix
 
 from dispatcher.topology import WorkloadLine, default_topology
+from dispatcher_sandbox.real_kueue.mix import MILESTONES, Dispatcher, MixOutcome, run_mix
 
 VARIANTS: dict[str, tuple[Dispatcher, dict[str, Any]]] = {
     "external": ("external", {}),

@@ -23,10 +23,10 @@ import time
 from pathlib import Path
 
 import anyio
-from dispatcher_sandbox.real_kueue import plane as real_plane
-from dispatcher_sandbox.real_kueue.topology import real_topology
 
 from dispatcher.topology import load_topology
+from dispatcher_sandbox.real_kueue import plane as real_plane
+from dispatcher_sandbox.real_kueue.topology import real_topology
 
 TOPOLOGY = Path(__file__).resolve().parent.parent / "tests" / "e2e" / "topology.yaml"
 

@@ -65,6 +65,8 @@ import aiohttp
 import anyio
 import anyio.abc
 import psutil
+
+from dispatcher.topology import default_topology
 from dispatcher_sandbox.environment import Environment, environment
 from dispatcher_sandbox.fake_apiserver.faults import Fault, Faults
 from dispatcher_sandbox.fake_apiserver.server import FakeCluster
@@ -81,8 +83,6 @@ from dispatcher_sandbox.harness.scenario import (
 )
 from dispatcher_sandbox.kube_client import JOBS, WORKLOADS, KubeError
 from dispatcher_sandbox.kueue_crds import kueue_crds_dir
-
-from dispatcher.topology import default_topology
 
 PREFIX = "multikueue_dispatcher_"
 WARM_UP_FRACTION = 0.2

@@ -19,6 +19,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+
 from dispatcher_sandbox.kueue_crds import ENV_VAR, kueue_crds_dir
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
 from dispatcher_sandbox.harness.markdown import github_anchor, heading_anchors
 
 ROOT = Path(__file__).resolve().parents[1]

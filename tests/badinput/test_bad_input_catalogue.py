@@ -34,6 +34,12 @@ from typing import Any
 
 import pytest
 import yaml
+
+from dispatcher.k8s.client import KubeApi
+from dispatcher.k8s.errors import ApiError
+from dispatcher.k8s.resources import MULTIKUEUE_CONFIGS, WORKLOADS
+from dispatcher.kueue.hints import CLUSTER_SELECTOR
+from dispatcher.topology import KUEUE_NAMESPACE, default_topology
 from dispatcher_sandbox.environment import environment
 from dispatcher_sandbox.fake_apiserver import FakeCluster
 from dispatcher_sandbox.fake_apiserver.server import load_crd_documents
@@ -63,12 +69,6 @@ from dispatcher_sandbox.harness.scenario import (
 from dispatcher_sandbox.kube_client import MULTIKUEUE_CLUSTERS as SANDBOX_MKCS
 from dispatcher_sandbox.kube_client import MULTIKUEUE_CONFIGS as SANDBOX_MKCONFIGS
 from dispatcher_sandbox.kube_client import SECRETS as SANDBOX_SECRETS
-
-from dispatcher.k8s.client import KubeApi
-from dispatcher.k8s.errors import ApiError
-from dispatcher.k8s.resources import MULTIKUEUE_CONFIGS, WORKLOADS
-from dispatcher.kueue.hints import CLUSTER_SELECTOR
-from dispatcher.topology import KUEUE_NAMESPACE, default_topology
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "bad-inputs.md"

@@ -14,6 +14,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
+
+from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest
+from dispatcher.k8s.client import KubeApi
+from dispatcher.k8s.resources import WORKLOADS
 from dispatcher_sandbox.harness.badinput import (
     MERGE,
     first_active,
@@ -22,10 +26,6 @@ from dispatcher_sandbox.harness.badinput import (
     set_active,
     workload,
 )
-
-from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest
-from dispatcher.k8s.client import KubeApi
-from dispatcher.k8s.resources import WORKLOADS
 
 
 def always_w2(request: DispatchRequest, snapshots: Sequence[ClusterSnapshot]) -> Decision:

@@ -16,16 +16,15 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest
+from dispatcher.k8s.client import KubeApi
+from dispatcher.k8s.resources import WORKLOADS
 from dispatcher_sandbox.harness.badinput import (
     SchemaLess,
     pod_set,
     schema_less_dispatcher,
     workload,
 )
-
-from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest
-from dispatcher.k8s.client import KubeApi
-from dispatcher.k8s.resources import WORKLOADS
 
 ORIGIN_LABEL = "kueue.x-k8s.io/multikueue-origin"
 

@@ -14,6 +14,9 @@ import re
 from collections.abc import AsyncIterator
 
 import pytest
+
+from dispatcher.k8s.client import USER_AGENT, KubeApi, client_from_kubeconfig
+from dispatcher.k8s.resources import WORKLOADS
 from dispatcher_sandbox.harness.badinput import (
     MERGE,
     SchemaLess,
@@ -22,9 +25,6 @@ from dispatcher_sandbox.harness.badinput import (
     schema_less_dispatcher,
     workload,
 )
-
-from dispatcher.k8s.client import USER_AGENT, KubeApi, client_from_kubeconfig
-from dispatcher.k8s.resources import WORKLOADS
 
 REQUEST_TIMEOUT = 1.0  # the dispatcher's manager requests, in these tests
 HOLD = 5.0  # the lost answer is held this long: well past the timeout

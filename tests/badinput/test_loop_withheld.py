@@ -8,14 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest
 from dispatcher_sandbox.harness.badinput import (
     first_active,
     pod_set,
     schema_less_dispatcher,
     workload,
 )
-
-from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest
 
 WHY = "filter tenancy:filter of fail-closed plugin tenancy failed (KeyError: 'x')"
 

@@ -15,8 +15,6 @@ from typing import Any
 import anyio
 import pytest
 import yaml
-from dispatcher_sandbox.fake_apiserver import FakeCluster
-from dispatcher_sandbox.kueue_crds import KUEUE_SHORT_FORMS
 
 from dispatcher.cli import main
 from dispatcher.k8s.client import KubeApi
@@ -27,6 +25,8 @@ from dispatcher.k8s.loading import (
     manager_client,
     resolve_manager_connection,
 )
+from dispatcher_sandbox.fake_apiserver import FakeCluster
+from dispatcher_sandbox.kueue_crds import KUEUE_SHORT_FORMS
 
 # --- builders --------------------------------------------------------------------------------
 

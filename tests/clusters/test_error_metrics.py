@@ -13,9 +13,6 @@ from typing import Any
 import anyio
 import pytest
 import yaml
-from dispatcher_sandbox.fake_apiserver import FakeCluster
-from dispatcher_sandbox.harness.scenario import samples_of
-from dispatcher_sandbox.kueue_crds import KUEUE_SHORT_FORMS
 from prometheus_client import CollectorRegistry, generate_latest
 
 from dispatcher.clusters.mirror import Mirror, Watched
@@ -30,6 +27,9 @@ from dispatcher.k8s.resources import (
 )
 from dispatcher.k8s.watching import BackoffPolicy, WatchSettings
 from dispatcher.telemetry.metrics import Metrics
+from dispatcher_sandbox.fake_apiserver import FakeCluster
+from dispatcher_sandbox.harness.scenario import samples_of
+from dispatcher_sandbox.kueue_crds import KUEUE_SHORT_FORMS
 
 NS = "kueue-system"
 FAST = WatchSettings(

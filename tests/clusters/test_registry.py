@@ -13,16 +13,16 @@ from typing import Any
 
 import anyio
 import pytest
-from dispatcher_sandbox.fake_apiserver import FakeCluster
-from dispatcher_sandbox.harness.registry import FAST, KUEUE, NS, V, mkc, secret
-from dispatcher_sandbox.harness.scenario import multikueue_cluster_status
-from dispatcher_sandbox.kueue_crds import KUEUE_SHORT_FORMS
 from kubernetes_asyncio import client
 
 from dispatcher.clusters.registry import Candidate, ClusterRegistry
 from dispatcher.k8s.client import KubeApi
 from dispatcher.k8s.watching import BackoffPolicy, WatchSettings
 from dispatcher.kueue.hints import CLUSTER_TAINTS, Taint
+from dispatcher_sandbox.fake_apiserver import FakeCluster
+from dispatcher_sandbox.harness.registry import FAST, KUEUE, NS, V, mkc, secret
+from dispatcher_sandbox.harness.scenario import multikueue_cluster_status
+from dispatcher_sandbox.kueue_crds import KUEUE_SHORT_FORMS
 
 
 @dataclass

@@ -5,14 +5,14 @@ nomination loop waits for so that a restarted dispatcher never decides on a part
 from __future__ import annotations
 
 import anyio
-from dispatcher_sandbox.fake_apiserver import FakeCluster
-from dispatcher_sandbox.harness.registry import FAST, KUEUE, NS, V, mkc, secret
-from dispatcher_sandbox.kueue_crds import KUEUE_SHORT_FORMS
 from kubernetes_asyncio import client, config
 
 from dispatcher.clusters.registry import ClusterRegistry, WorkerState
 from dispatcher.k8s.client import KubeApi
 from dispatcher.k8s.watching import BackoffPolicy
+from dispatcher_sandbox.fake_apiserver import FakeCluster
+from dispatcher_sandbox.harness.registry import FAST, KUEUE, NS, V, mkc, secret
+from dispatcher_sandbox.kueue_crds import KUEUE_SHORT_FORMS
 
 
 async def test_existing_workers_are_never_reported_unusable_while_listing() -> None:

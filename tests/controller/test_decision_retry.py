@@ -8,12 +8,12 @@ import threading
 from collections.abc import Sequence
 
 import pytest
-from dispatcher_sandbox.harness.controller import World, keep_or_first, world
 
 from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest
 from dispatcher.controller.config import ControllerConfig
 from dispatcher.controller.workqueue import WorkQueue
 from dispatcher.k8s.resources import EVENTS
+from dispatcher_sandbox.harness.controller import World, keep_or_first, world
 
 KEY = "default/job"
 RESYNC = 300.0  # the production default, so a retry "at resync" would be 300 s away

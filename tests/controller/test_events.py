@@ -13,13 +13,13 @@ from typing import Any, cast
 
 import anyio
 import pytest
-from dispatcher_sandbox.fake_apiserver import FakeCluster
-from dispatcher_sandbox.kueue_crds import KUEUE_SHORT_FORMS
 
 from dispatcher.controller.events import EventRecorder
 from dispatcher.k8s.client import KubeApi
 from dispatcher.k8s.errors import ApiError
 from dispatcher.k8s.ratelimit import TokenBucket
+from dispatcher_sandbox.fake_apiserver import FakeCluster
+from dispatcher_sandbox.kueue_crds import KUEUE_SHORT_FORMS
 
 
 @dataclass

@@ -17,6 +17,9 @@ from pathlib import Path
 import anyio
 import yaml
 from anyio.abc import SocketStream
+
+from dispatcher.app.checks import NO_RETRY, explain_watch_settings
+from dispatcher.k8s.resources import SECRETS
 from dispatcher_sandbox.harness.controller import NS, World, world
 from dispatcher_sandbox.harness.scenario import b64, run_cli_process
 from dispatcher_sandbox.harness.unplaceable import (
@@ -28,9 +31,6 @@ from dispatcher_sandbox.harness.unplaceable import (
     local_queue,
     reserved_status,
 )
-
-from dispatcher.app.checks import NO_RETRY, explain_watch_settings
-from dispatcher.k8s.resources import SECRETS
 
 
 async def starved_world(env: World) -> None:

@@ -12,11 +12,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from dispatcher_sandbox.harness.controller import World, keep_or_first, world
 
 from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest
 from dispatcher.controller.config import ControllerConfig
 from dispatcher.controller.nominator import Nominator, nomination_time
+from dispatcher_sandbox.harness.controller import World, keep_or_first, world
 
 FIELD_MANAGER = "multikueue-dispatcher"
 STAMP = "2026-01-01T10:00:00Z"

@@ -19,9 +19,6 @@ from typing import Any
 
 import anyio
 import pytest
-from dispatcher_sandbox.fake_apiserver import FakeCluster
-from dispatcher_sandbox.harness.scenario import Samples, samples_of
-from dispatcher_sandbox.kueue_crds import KUEUE_SHORT_FORMS
 from prometheus_client import CollectorRegistry, generate_latest
 
 from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest, QueuedWorkload
@@ -40,6 +37,9 @@ from dispatcher.k8s.watching import BackoffPolicy, WatchSettings
 from dispatcher.telemetry.metrics import Metrics
 from dispatcher.testing import make_host
 from dispatcher.topology import multikueue_admission_check
+from dispatcher_sandbox.fake_apiserver import FakeCluster
+from dispatcher_sandbox.harness.scenario import Samples, samples_of
+from dispatcher_sandbox.kueue_crds import KUEUE_SHORT_FORMS
 
 Decide = Callable[[DispatchRequest, Sequence[ClusterSnapshot]], Decision]
 KUEUE = "kueue.x-k8s.io/v1beta2"

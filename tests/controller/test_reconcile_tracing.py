@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dispatcher_sandbox.fake_apiserver import FakeCluster
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -11,6 +10,7 @@ from dispatcher.algorithms.model import Decision
 from dispatcher.clusters.registry import ClusterRegistry
 from dispatcher.controller.nominator import Nominator
 from dispatcher.k8s.client import KubeApi
+from dispatcher_sandbox.fake_apiserver import FakeCluster
 
 
 async def test_reconcile_records_a_span_with_the_workload_and_outcome() -> None:

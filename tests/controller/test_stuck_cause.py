@@ -15,13 +15,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from dispatcher_sandbox.harness.controller import world
 
 from dispatcher.controller.config import ControllerConfig
 from dispatcher.controller.records import PITFALL_ADVICE, Record, parse_time
 from dispatcher.controller.stuck import StuckDetector
 from dispatcher.controller.workqueue import WorkQueue
 from dispatcher.k8s.resources import JOBS
+from dispatcher_sandbox.harness.controller import world
 
 
 def _manager_workload() -> dict[str, Any]:

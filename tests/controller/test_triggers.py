@@ -12,14 +12,6 @@ import copy
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import pytest
-from dispatcher_sandbox.harness.controller import (
-    ELIGIBLE_STATUS,
-    KUEUE,
-    World,
-    keep_or_first,
-    workload,
-    world,
-)
 
 from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest
 from dispatcher.clusters.registry import MANAGER
@@ -40,6 +32,14 @@ from dispatcher.k8s.resources import (
 from dispatcher.k8s.watching import ObjectEvent
 from dispatcher.kueue.hints import CLUSTER_TAINTS
 from dispatcher.topology import multikueue_admission_check
+from dispatcher_sandbox.harness.controller import (
+    ELIGIBLE_STATUS,
+    KUEUE,
+    World,
+    keep_or_first,
+    workload,
+    world,
+)
 
 RELISTED = 1_000
 

@@ -16,6 +16,21 @@ import itertools
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from dispatcher.clusters.activeness import DEFAULT_STALE_GRACE_SECONDS as GRACE
+from dispatcher.controller.config import ControllerConfig
+from dispatcher.controller.outage import (
+    RELEASED_AT,
+    RELEASED_FOR,
+    RELEASES,
+    Placement,
+    Released,
+    release_backoff,
+    release_due,
+)
+from dispatcher.k8s.resources import EVENTS, WORKLOADS
+from dispatcher.telemetry.metrics import Metrics
 from dispatcher_sandbox.fake_apiserver import server as fakeapi_server
 from dispatcher_sandbox.harness.controller import (
     MERGE,
@@ -33,21 +48,6 @@ from dispatcher_sandbox.harness.unplaceable import (
     local_queue,
     reserved_status,
 )
-from prometheus_client import CollectorRegistry, generate_latest
-
-from dispatcher.clusters.activeness import DEFAULT_STALE_GRACE_SECONDS as GRACE
-from dispatcher.controller.config import ControllerConfig
-from dispatcher.controller.outage import (
-    RELEASED_AT,
-    RELEASED_FOR,
-    RELEASES,
-    Placement,
-    Released,
-    release_backoff,
-    release_due,
-)
-from dispatcher.k8s.resources import EVENTS, WORKLOADS
-from dispatcher.telemetry.metrics import Metrics
 
 Obj = dict[str, Any]
 PATIENCE = 60.0

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from dispatcher_sandbox.harness.controller import FakeClock, World, world
-from dispatcher_sandbox.harness.scenario import run_cli_process
 
 from dispatcher.clusters.activeness import DEFAULT_STALE_GRACE_SECONDS
+from dispatcher_sandbox.harness.controller import FakeClock, World, world
+from dispatcher_sandbox.harness.scenario import run_cli_process
 
 GRACE = DEFAULT_STALE_GRACE_SECONDS
 W1_LOOPS = 4  # watch loops of a worker mirror: clusterqueues, localqueues, flavors, workloads

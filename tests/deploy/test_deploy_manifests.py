@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from dispatcher_sandbox.harness.deploy import (
     FIXTURES,
     MANIFESTS,

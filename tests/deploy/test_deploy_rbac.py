@@ -17,6 +17,10 @@ from pathlib import Path
 
 import anyio
 import pytest
+
+from dispatcher.app.manager import run_manager
+from dispatcher.app.settings import load_settings
+from dispatcher.topology import load_topology, parse_workload_lines
 from dispatcher_sandbox.environment import environment
 from dispatcher_sandbox.fake_apiserver.admission import AdmissionRequest, Match, ValidatingHook
 from dispatcher_sandbox.harness.deploy import (
@@ -29,10 +33,6 @@ from dispatcher_sandbox.harness.deploy import (
     grants_for,
 )
 from dispatcher_sandbox.kube_client import NAMESPACES
-
-from dispatcher.app.manager import run_manager
-from dispatcher.app.settings import load_settings
-from dispatcher.topology import load_topology, parse_workload_lines
 
 pytestmark = [pytest.mark.kubectl, pytest.mark.crds, pytest.mark.slow]
 

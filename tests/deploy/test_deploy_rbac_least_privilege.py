@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from dispatcher_sandbox.harness.deploy import MANIFESTS, build
 
 KUEUE_NAMESPACE = "kueue-system"

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 import yaml
-from dispatcher_sandbox.harness.deploy import MANIFESTS, build
 
 from dispatcher.topology import load_topology, topology_objects
+from dispatcher_sandbox.harness.deploy import MANIFESTS, build
 
 pytestmark = pytest.mark.kubectl
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from dispatcher_sandbox.harness.e2e import trace as e2e_trace
 
 ORIGIN = {"kueue.x-k8s.io/multikueue-origin": "multikueue"}

@@ -26,6 +26,7 @@ from typing import Any
 
 import anyio
 import pytest
+
 from dispatcher_sandbox.harness.e2e.trace import TRACE_FORMAT, recorder_of, trace_file_name
 
 BACKENDS = ("sandbox", "real", "kind")

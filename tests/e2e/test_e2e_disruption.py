@@ -28,6 +28,9 @@ import json
 from collections.abc import AsyncIterator
 
 import pytest
+
+from dispatcher.app.settings import ENV_PREFIX
+from dispatcher.topology import WorkloadLine
 from dispatcher_sandbox.harness.e2e.backend import (
     A100,
     H100,
@@ -39,9 +42,6 @@ from dispatcher_sandbox.harness.e2e.backend import (
     manager_events,
     nominated_of,
 )
-
-from dispatcher.app.settings import ENV_PREFIX
-from dispatcher.topology import WorkloadLine
 
 pytestmark = [pytest.mark.slow, pytest.mark.crds]
 

@@ -16,13 +16,6 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import pytest
-from dispatcher_sandbox.harness.e2e.backend import (
-    NAMESPACE,
-    ApiBackend,
-    admitted_on,
-    manager_events,
-    patch_multikueue_cluster,
-)
 
 from dispatcher.kueue.hints import (
     CLUSTER_AFFINITY,
@@ -33,6 +26,13 @@ from dispatcher.kueue.hints import (
     DISPATCH_MODE,
 )
 from dispatcher.topology import WorkloadLine
+from dispatcher_sandbox.harness.e2e.backend import (
+    NAMESPACE,
+    ApiBackend,
+    admitted_on,
+    manager_events,
+    patch_multikueue_cluster,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.crds]
 

@@ -5,11 +5,11 @@ and its explicit skip reason."""
 from __future__ import annotations
 
 import pytest
+
+from dispatcher.topology import HOLD_ANNOTATION, RUN_SECONDS_ANNOTATION, WorkloadLine
 from dispatcher_sandbox.harness.e2e.backend import NAMESPACE, admitted_on
 from dispatcher_sandbox.harness.e2e.kind_backend import KindBackend, unavailable_reason
 from dispatcher_sandbox.harness.e2e.sandbox_backend import SandboxBackend
-
-from dispatcher.topology import HOLD_ANNOTATION, RUN_SECONDS_ANNOTATION, WorkloadLine
 
 pytestmark = [pytest.mark.slow, pytest.mark.crds]
 

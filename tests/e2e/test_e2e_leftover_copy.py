@@ -20,6 +20,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
+from dispatcher.topology import WorkloadLine
 from dispatcher_sandbox.harness.e2e.backend import (
     H100,
     NAMESPACE,
@@ -30,8 +32,6 @@ from dispatcher_sandbox.harness.e2e.backend import (
     is_true,
 )
 from dispatcher_sandbox.harness.e2e.trace import recorder_of
-
-from dispatcher.topology import WorkloadLine
 
 pytestmark = [pytest.mark.slow, pytest.mark.crds]
 

@@ -43,6 +43,8 @@ import random
 from typing import Any
 
 import pytest
+
+from dispatcher.topology import WorkloadLine
 from dispatcher_sandbox.harness.e2e.backend import (
     A100,
     H100,
@@ -54,8 +56,6 @@ from dispatcher_sandbox.harness.e2e.backend import (
     is_true,
 )
 from dispatcher_sandbox.harness.e2e.trace import recorder_of
-
-from dispatcher.topology import WorkloadLine
 
 pytestmark = [pytest.mark.slow, pytest.mark.crds]
 

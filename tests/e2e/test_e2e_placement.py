@@ -12,6 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
+from dispatcher.kueue.gputypes import CLUSTER_GPU_TYPE_LABEL
+from dispatcher.topology import WorkloadLine
 from dispatcher_sandbox.harness.e2e.backend import (
     A100,
     H100,
@@ -23,9 +26,6 @@ from dispatcher_sandbox.harness.e2e.backend import (
     manager_events,
     patch_multikueue_cluster,
 )
-
-from dispatcher.kueue.gputypes import CLUSTER_GPU_TYPE_LABEL
-from dispatcher.topology import WorkloadLine
 
 pytestmark = [pytest.mark.slow, pytest.mark.crds]
 

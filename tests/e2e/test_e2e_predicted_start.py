@@ -15,6 +15,9 @@ import re
 from collections.abc import AsyncIterator
 
 import pytest
+
+from dispatcher.app.settings import ENV_PREFIX
+from dispatcher.topology import WorkloadLine
 from dispatcher_sandbox.harness.e2e.backend import (
     A100,
     NAMESPACE,
@@ -24,9 +27,6 @@ from dispatcher_sandbox.harness.e2e.backend import (
     is_true,
     manager_events,
 )
-
-from dispatcher.app.settings import ENV_PREFIX
-from dispatcher.topology import WorkloadLine
 
 pytestmark = [pytest.mark.slow, pytest.mark.crds]
 

@@ -18,6 +18,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+
+from dispatcher.topology import WorkloadLine
 from dispatcher_sandbox.harness.e2e.backend import (
     A100,
     GPU_OF,
@@ -31,8 +33,6 @@ from dispatcher_sandbox.harness.e2e.backend import (
     is_false,
     is_true,
 )
-
-from dispatcher.topology import WorkloadLine
 
 pytestmark = [pytest.mark.slow, pytest.mark.crds]
 

@@ -39,6 +39,10 @@ from typing import Any
 import anyio
 import anyio.abc
 import pytest
+from kubernetes_asyncio import client, watch
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from dispatcher.topology import WorkloadLine
 from dispatcher_sandbox.harness.e2e.backend import (
     A100,
     NAMESPACE,
@@ -50,10 +54,6 @@ from dispatcher_sandbox.harness.e2e.backend import (
     manager_events,
     owner_job,
 )
-from kubernetes_asyncio import client, watch
-from kubernetes_asyncio.client.exceptions import ApiException
-
-from dispatcher.topology import WorkloadLine
 
 pytestmark = [pytest.mark.slow, pytest.mark.crds]
 

@@ -25,6 +25,8 @@ from typing import Any
 
 import anyio
 import pytest
+
+from dispatcher.topology import WorkloadLine
 from dispatcher_sandbox.harness.e2e.backend import (
     NAMESPACE,
     KubeBackend,
@@ -33,8 +35,6 @@ from dispatcher_sandbox.harness.e2e.backend import (
     is_false,
     is_true,
 )
-
-from dispatcher.topology import WorkloadLine
 
 pytestmark = [pytest.mark.slow, pytest.mark.crds]
 

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dispatcher_sandbox.environment import environment
 
 from dispatcher.topology import default_topology, demo_workloads
+from dispatcher_sandbox.environment import environment
 
 pytestmark = pytest.mark.slow
 

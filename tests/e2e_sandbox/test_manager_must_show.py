@@ -10,6 +10,8 @@ from typing import Any
 import anyio
 import pytest
 import yaml
+
+from dispatcher.topology import default_topology
 from dispatcher_sandbox.environment import environment
 from dispatcher_sandbox.fake_apiserver.faults import Fault
 from dispatcher_sandbox.harness.metrics_doc import documented_series
@@ -33,8 +35,6 @@ from dispatcher_sandbox.harness.scenario import (
     start_replica,
     worker_secret,
 )
-
-from dispatcher.topology import default_topology
 
 pytestmark = pytest.mark.slow
 

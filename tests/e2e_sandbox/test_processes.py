@@ -15,10 +15,10 @@ from pathlib import Path
 import anyio
 import pytest
 import yaml
-from dispatcher_sandbox.harness.scenario import free_port
 from kubernetes_asyncio import client, config, watch
 
 from dispatcher.topology import parse_workload_lines, workload_object
+from dispatcher_sandbox.harness.scenario import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -16,6 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from dispatcher.controller.outage import RELEASED_AT
+from dispatcher.topology import default_topology
 from dispatcher_sandbox.environment import environment
 from dispatcher_sandbox.harness.scenario import (
     A100,
@@ -27,9 +30,6 @@ from dispatcher_sandbox.harness.scenario import (
     placed_all,
     scrape,
 )
-
-from dispatcher.controller.outage import RELEASED_AT
-from dispatcher.topology import default_topology
 
 pytestmark = pytest.mark.slow
 

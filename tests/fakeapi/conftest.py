@@ -6,9 +6,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from kubernetes_asyncio import client, config
+
 from dispatcher_sandbox.fake_apiserver import FakeCluster
 from dispatcher_sandbox.kueue_crds import KUEUE_SHORT_FORMS
-from kubernetes_asyncio import client, config
 
 # A kind without a schema, for tests of the generic custom-resource paths (F2).
 WIDGET = "example.com/v1/widgets=Widget+status"

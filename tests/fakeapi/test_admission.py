@@ -20,6 +20,9 @@ from typing import Any
 import anyio
 import pytest
 import yaml
+from kubernetes_asyncio import client, watch
+from kubernetes_asyncio.client.rest import ApiException
+
 from dispatcher_sandbox.fake_apiserver import (
     AdmissionRequest,
     Denied,
@@ -43,8 +46,6 @@ from dispatcher_sandbox.harness.kube_builders import (
     widget,
     workload,
 )
-from kubernetes_asyncio import client, watch
-from kubernetes_asyncio.client.rest import ApiException
 
 Obj = dict[str, Any]
 

@@ -21,11 +21,12 @@ import aiohttp
 import pytest
 import yaml
 from cryptography import x509
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.rest import ApiException
+
 from dispatcher_sandbox.fake_apiserver import FakeCluster
 from dispatcher_sandbox.fake_apiserver.kubeconfig import dump
 from dispatcher_sandbox.fake_apiserver.tls import new_ca
-from kubernetes_asyncio import client, config
-from kubernetes_asyncio.client.rest import ApiException
 
 HEALTH_PATHS = ("/version", "/healthz", "/livez", "/readyz")
 

@@ -11,10 +11,11 @@ from typing import Any
 
 import anyio
 import pytest
-from dispatcher_sandbox.fake_apiserver import FakeCluster
-from dispatcher_sandbox.harness.kube_builders import KUEUE, V1BETA2, widget, workload
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client import ApiClient, ApiException
+
+from dispatcher_sandbox.fake_apiserver import FakeCluster
+from dispatcher_sandbox.harness.kube_builders import KUEUE, V1BETA2, widget, workload
 
 MERGE = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"

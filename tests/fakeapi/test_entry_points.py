@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from dispatcher_sandbox.fake_apiserver import FakeCluster, Faults, fake_cluster, merge_kubeconfigs
 from kubernetes_asyncio import client, config
+
+from dispatcher_sandbox.fake_apiserver import FakeCluster, Faults, fake_cluster, merge_kubeconfigs
 
 FAKEAPI = Path(__file__).resolve().parents[2] / "sandbox" / "dispatcher_sandbox" / "fake_apiserver"
 # Third-party imports the fake server may use (F24): all installable from PyPI, no binaries.

@@ -16,11 +16,12 @@ from typing import Any
 
 import anyio
 import pytest
-from dispatcher_sandbox.fake_apiserver import FakeCluster
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.rest import ApiException
 from kubernetes_asyncio.leaderelection.leaderelectionrecord import LeaderElectionRecord
 from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
+
+from dispatcher_sandbox.fake_apiserver import FakeCluster
 
 Obj = dict[str, Any]
 NS = "default"

@@ -19,11 +19,12 @@ from typing import Any
 import aiohttp
 import anyio
 import pytest
+from kubernetes_asyncio import client, config, watch
+from kubernetes_asyncio.client.rest import ApiException
+
 from dispatcher_sandbox.fake_apiserver import FakeCluster, Fault, Faults, JournalEntry
 from dispatcher_sandbox.fake_apiserver.faults import VERBS
 from dispatcher_sandbox.harness.kube_builders import widget
-from kubernetes_asyncio import client, config, watch
-from kubernetes_asyncio.client.rest import ApiException
 
 Obj = dict[str, Any]
 G, V, NS, PLURAL = "example.com", "v1", "default", "widgets"

@@ -44,11 +44,12 @@ import anyio
 import pytest
 import yaml
 from anyio.abc import Process
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client import ApiClient
+
 from dispatcher_sandbox.fake_apiserver import FakeCluster
 from dispatcher_sandbox.fake_apiserver.kubeconfig import dump
 from dispatcher_sandbox.harness.kube_builders import KUEUE, V1BETA2, workload
-from kubernetes_asyncio import client, config
-from kubernetes_asyncio.client import ApiClient
 
 pytestmark = [pytest.mark.anyio, pytest.mark.kubectl]
 

@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from dispatcher_sandbox.fake_apiserver.schema import (
     CompiledSchema,
     FieldError,

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from dispatcher_sandbox.fake_apiserver import FakeCluster, kueue_cluster_name_webhook
-from dispatcher_sandbox.harness.kube_builders import KUEUE, V1BETA2, workload
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiClient, ApiException
+
+from dispatcher_sandbox.fake_apiserver import FakeCluster, kueue_cluster_name_webhook
+from dispatcher_sandbox.harness.kube_builders import KUEUE, V1BETA2, workload
 
 MERGE = "application/merge-patch+json"
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+
 from dispatcher_sandbox.fake_apiserver.managed import (
     ApplyConflict,
     apply,

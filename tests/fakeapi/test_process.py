@@ -40,9 +40,10 @@ import anyio
 import pytest
 import yaml
 from anyio.abc import Process
-from dispatcher_sandbox.fake_apiserver import FakeCluster, merge_kubeconfigs
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client import ApiClient, ApiException
+
+from dispatcher_sandbox.fake_apiserver import FakeCluster, merge_kubeconfigs
 
 pytestmark = pytest.mark.anyio
 

@@ -8,6 +8,7 @@ import logging
 from typing import Any
 
 import pytest
+
 from dispatcher_sandbox.fake_apiserver.cel import (
     CELCompileError,
     CELEvalError,

@@ -28,6 +28,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from dispatcher.controller.nominator import Nominator
+from dispatcher.k8s.client import USER_AGENT
+from dispatcher.topology import default_topology
 from dispatcher_sandbox.environment import Environment, environment
 from dispatcher_sandbox.fake_apiserver.faults import Fault, Faults, Journal, JournalEntry
 from dispatcher_sandbox.harness.faults.api import (
@@ -46,10 +50,6 @@ from dispatcher_sandbox.harness.faults.api import (
     write_counts,
 )
 from dispatcher_sandbox.harness.scenario import NominationRecorder, dispatcher_events, scrape
-
-from dispatcher.controller.nominator import Nominator
-from dispatcher.k8s.client import USER_AGENT
-from dispatcher.topology import default_topology
 
 pytestmark = pytest.mark.faults
 

@@ -23,6 +23,13 @@ from typing import Any
 
 import anyio
 import pytest
+
+import dispatcher.app.manager as manager_module
+from dispatcher.algorithms import ClusterSnapshot, Decision, DispatchRequest
+from dispatcher.plugins import PluginHost, PluginHungError
+from dispatcher.plugins.markers import hookimpl
+from dispatcher.testing import decide, make_cluster, make_host, make_request
+from dispatcher.topology import default_topology
 from dispatcher_sandbox.environment import environment
 from dispatcher_sandbox.harness.faults.process import ReplicaRecorder
 from dispatcher_sandbox.harness.scenario import (
@@ -33,13 +40,6 @@ from dispatcher_sandbox.harness.scenario import (
     placed_all,
     scrape,
 )
-
-import dispatcher.app.manager as manager_module
-from dispatcher.algorithms import ClusterSnapshot, Decision, DispatchRequest
-from dispatcher.plugins import PluginHost, PluginHungError
-from dispatcher.plugins.markers import hookimpl
-from dispatcher.testing import decide, make_cluster, make_host, make_request
-from dispatcher.topology import default_topology
 
 pytestmark = pytest.mark.faults
 

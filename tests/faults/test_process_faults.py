@@ -20,6 +20,8 @@ from typing import Any
 
 import anyio
 import pytest
+
+from dispatcher.topology import default_topology
 from dispatcher_sandbox.environment import environment
 from dispatcher_sandbox.harness.faults.process import (
     LEASE_ENV,
@@ -40,8 +42,6 @@ from dispatcher_sandbox.harness.scenario import (
     nominated,
     placed_all,
 )
-
-from dispatcher.topology import default_topology
 
 pytestmark = pytest.mark.faults
 

@@ -19,6 +19,8 @@ from typing import Any
 
 import anyio
 import pytest
+
+from dispatcher.topology import default_topology
 from dispatcher_sandbox.environment import environment
 from dispatcher_sandbox.fake_apiserver.server import REJECTIONS
 from dispatcher_sandbox.harness.faults.watch import (
@@ -35,8 +37,6 @@ from dispatcher_sandbox.harness.scenario import (
     gpu_job,
     placed_all,
 )
-
-from dispatcher.topology import default_topology
 
 pytestmark = pytest.mark.faults
 

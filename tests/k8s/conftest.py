@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-from dispatcher_sandbox.fake_apiserver import FakeCluster
-from dispatcher_sandbox.kueue_crds import KUEUE_SHORT_FORMS
 
 from dispatcher.k8s.client import KubeApi
+from dispatcher_sandbox.fake_apiserver import FakeCluster
+from dispatcher_sandbox.kueue_crds import KUEUE_SHORT_FORMS
 
 
 @pytest.fixture

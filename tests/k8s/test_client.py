@@ -8,7 +8,6 @@ from pathlib import Path
 import anyio
 import pytest
 import yaml
-from dispatcher_sandbox.fake_apiserver import FakeCluster
 
 from dispatcher.k8s.client import (
     KubeApi,
@@ -18,6 +17,7 @@ from dispatcher.k8s.client import (
 from dispatcher.k8s.errors import ApiError, ApiUnreachable
 from dispatcher.k8s.kubeconfig import kubeconfig_from_secret
 from dispatcher.k8s.resources import CLUSTER_QUEUES, KUEUE_GROUP, KUEUE_VERSION, SECRETS, WORKLOADS
+from dispatcher_sandbox.fake_apiserver import FakeCluster
 
 NS = "default"
 

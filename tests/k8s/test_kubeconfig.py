@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 import yaml
-from dispatcher_sandbox.fake_apiserver import FakeCluster, build_kubeconfig, merge_kubeconfigs
 
 from dispatcher.k8s.client import KubeApi, client_from_kubeconfig, close_client
 from dispatcher.k8s.kubeconfig import (
@@ -20,6 +19,7 @@ from dispatcher.k8s.kubeconfig import (
     kubeconfig_from_secret,
     validate_kubeconfig,
 )
+from dispatcher_sandbox.fake_apiserver import FakeCluster, build_kubeconfig, merge_kubeconfigs
 
 TOKEN = "s3cr3t-token-value"
 CA = base64.b64encode(b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n").decode()

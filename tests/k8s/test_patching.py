@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from dispatcher_sandbox.fake_apiserver import FakeCluster, JournalEntry
 from kubernetes_asyncio import client
 
 from dispatcher.k8s.client import KubeApi
@@ -24,6 +23,7 @@ from dispatcher.k8s.patching import (
     merge_patch_status,
 )
 from dispatcher.k8s.resources import KUEUE_GROUP, KUEUE_VERSION, WORKLOADS
+from dispatcher_sandbox.fake_apiserver import FakeCluster, JournalEntry
 
 NS = "default"
 Obj = dict[str, Any]

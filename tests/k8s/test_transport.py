@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from dispatcher_sandbox.fake_apiserver import FakeCluster
-from dispatcher_sandbox.harness.scenario import counting_executor_calls
-from dispatcher_sandbox.kueue_crds import KUEUE_SHORT_FORMS
 from kubernetes_asyncio import config as k8s_config
 
 from dispatcher.k8s.client import KubeApi, client_from_kubeconfig, close_client
 from dispatcher.k8s.resources import WORKLOADS
 from dispatcher.k8s.transport import environment_proxy
+from dispatcher_sandbox.fake_apiserver import FakeCluster
+from dispatcher_sandbox.harness.scenario import counting_executor_calls
+from dispatcher_sandbox.kueue_crds import KUEUE_SHORT_FORMS
 
 PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy")
 

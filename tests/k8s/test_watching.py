@@ -14,7 +14,6 @@ from typing import Any
 import anyio
 import pytest
 from anyio.abc import TaskGroup
-from dispatcher_sandbox.fake_apiserver import FakeCluster
 
 from dispatcher.k8s.client import KubeApi
 from dispatcher.k8s.resources import CLUSTER_QUEUES, LOCAL_QUEUES, NAMESPACES, WORKLOADS
@@ -29,6 +28,7 @@ from dispatcher.k8s.watching import (
     WatchSettings,
     list_watch,
 )
+from dispatcher_sandbox.fake_apiserver import FakeCluster
 
 NS = "default"
 DEADLINE = 10.0

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+
 from dispatcher_sandbox.harness.emulator_env import KueueEnv, start_env
 
 

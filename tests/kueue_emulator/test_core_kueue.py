@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from dispatcher_sandbox.harness.emulator_env import KueueEnv, get_condition, has, start_env
 from dispatcher_sandbox.harness.kueue_builders import (
     A100,

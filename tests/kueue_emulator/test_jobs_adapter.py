@@ -19,6 +19,9 @@ from typing import Any, TypeVar
 
 import anyio
 import pytest
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client import ApiClient
+
 from dispatcher_sandbox.fake_apiserver.server import FakeCluster, load_crd_documents
 from dispatcher_sandbox.kube_client import KubeClient
 from dispatcher_sandbox.kueue_crds import KUEUE_SHORT_FORMS, kueue_crds_dir
@@ -41,8 +44,6 @@ from dispatcher_sandbox.kueue_emulator.runtime import (
     KueueConfig,
     SystemClock,
 )
-from kubernetes_asyncio import client, config
-from kubernetes_asyncio.client import ApiClient
 
 pytestmark = pytest.mark.anyio
 
@@ -685,9 +686,8 @@ async def test_s18_s55_job_on_the_manager_runs_on_a_worker_end_to_end(tmp_path: 
     the core, the MultiKueue controllers with Kueue's default AllAtOnce dispatcher and the
     adapter's hooks; every worker runs the core and the adapter.
     """
-    from dispatcher_sandbox.serve import run_topology
-
     from dispatcher.topology import generic_topology
+    from dispatcher_sandbox.serve import run_topology
 
     topology = generic_topology(["worker-1", "worker-2"])
     config_ = KueueConfig(worker_lost_timeout_seconds=5.0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from dispatcher_sandbox.fake_apiserver.kubeconfig import build_kubeconfig, dump
 from dispatcher_sandbox.harness.multikueue import CHECK, MK_CONFIG, eventually, start_env
 from dispatcher_sandbox.kueue_emulator.multikueue.multikueuecluster import (

@@ -6,6 +6,7 @@ import datetime
 from typing import Any
 
 import pytest
+
 from dispatcher_sandbox.harness.multikueue import Env, eventually, start_env
 from dispatcher_sandbox.kueue_emulator.multikueue import (
     ADMITTED_TOTAL,

@@ -11,6 +11,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from kubernetes_asyncio import client
+
+from dispatcher.topology.runs import HOLD_ANNOTATION, RUN_SECONDS_ANNOTATION
 from dispatcher_sandbox.harness.multikueue import (
     CHECK,
     DISPATCHER,
@@ -26,9 +29,6 @@ from dispatcher_sandbox.kueue_emulator.core.workload_controller import HOLD_POLL
 from dispatcher_sandbox.kueue_emulator.jobs import workload_name_for_job
 from dispatcher_sandbox.kueue_emulator.multikueue import ADMITTED_TOTAL, DISPATCHED_TOTAL
 from dispatcher_sandbox.kueue_emulator.runtime import ALL_AT_ONCE, INCREMENTAL
-from kubernetes_asyncio import client
-
-from dispatcher.topology.runs import HOLD_ANNOTATION, RUN_SECONDS_ANNOTATION
 
 
 def _true(kind: str) -> Any:

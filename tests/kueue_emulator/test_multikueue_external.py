@@ -11,6 +11,8 @@ import json
 from typing import Any
 
 import pytest
+from kubernetes_asyncio import client
+
 from dispatcher_sandbox.harness.multikueue import (
     CHECK,
     Env,
@@ -26,7 +28,6 @@ from dispatcher_sandbox.kueue_emulator.multikueue import (
     DISPATCHED_TOTAL,
     ORIGIN_LABEL,
 )
-from kubernetes_asyncio import client
 
 
 def _admitted_on(cluster: str) -> Any:

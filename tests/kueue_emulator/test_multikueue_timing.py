@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 import pytest
+
 from dispatcher_sandbox.harness.multikueue import NS, check_state, eventually, start_env
 from dispatcher_sandbox.kube_client import JOBS, WORKLOADS
 from dispatcher_sandbox.kueue_emulator import runtime

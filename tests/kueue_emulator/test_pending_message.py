@@ -5,9 +5,9 @@ dispatcher reads to find workloads starved behind unplaceable ones (issue 17).""
 from __future__ import annotations
 
 import pytest
-from dispatcher_sandbox.kueue_emulator.core.scheduler import kueue_wait_message
 
 from dispatcher.controller.outage import starved_on
+from dispatcher_sandbox.kueue_emulator.core.scheduler import kueue_wait_message
 
 PREFIX = "couldn't assign flavors to pod set main: "
 

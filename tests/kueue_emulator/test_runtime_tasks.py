@@ -13,6 +13,7 @@ import asyncio
 
 import aiohttp
 import pytest
+
 from dispatcher_sandbox.kueue_emulator.multikueue.multikueuecluster import RemoteCluster
 from dispatcher_sandbox.kueue_emulator.runtime import (
     SystemClock,

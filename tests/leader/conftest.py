@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-from dispatcher_sandbox.fake_apiserver import FakeCluster
 
 from dispatcher.k8s.client import KubeApi
+from dispatcher_sandbox.fake_apiserver import FakeCluster
 
 
 @pytest.fixture

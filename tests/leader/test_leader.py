@@ -12,13 +12,13 @@ from typing import Any
 
 import anyio
 import pytest
-from dispatcher_sandbox.fake_apiserver import FakeCluster
-from dispatcher_sandbox.harness.leader import NS, FakeClock
 from pydantic import ValidationError
 
 from dispatcher.k8s.client import KubeApi
 from dispatcher.k8s.leases import LeaseRecord, create_lease, format_micro_time, get_lease
 from dispatcher.leader import LeaderElectionSettings, LeaderElector, LeadershipLost, Role
+from dispatcher_sandbox.fake_apiserver import FakeCluster
+from dispatcher_sandbox.harness.leader import NS, FakeClock
 
 SHORT = LeaderElectionSettings(
     lease_name="dispatcher",

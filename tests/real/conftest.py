@@ -7,6 +7,7 @@ dispatcher_sandbox.real_kueue.build``); a failure instead under ``REQUIRE_REAL_B
 from __future__ import annotations
 
 import pytest
+
 from dispatcher_sandbox.harness.scenario import require_real_backend
 
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
+from dispatcher.topology import default_topology, parse_workload_lines
 from dispatcher_sandbox.demo import demo_workload_text, expectations
 from dispatcher_sandbox.environment import Remedy
 from dispatcher_sandbox.real_kueue.mix import run_mix
-
-from dispatcher.topology import default_topology, parse_workload_lines
 
 pytestmark = [pytest.mark.slow, pytest.mark.real]
 

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dispatcher_sandbox.harness.scenario import A100, H100
-from dispatcher_sandbox.real_kueue.mix import Dispatcher, run_outage
 
 from dispatcher.topology import WorkloadLine, default_topology
+from dispatcher_sandbox.harness.scenario import A100, H100
+from dispatcher_sandbox.real_kueue.mix import Dispatcher, run_outage
 
 pytestmark = [pytest.mark.slow, pytest.mark.real]
 

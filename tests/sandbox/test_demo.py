@@ -17,14 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dispatcher_sandbox.demo import (
-    DemoOptions,
-    TimedLine,
-    _short_reason,
-    expectations,
-    parse_trace_lines,
-    run_demo,
-)
 
 from dispatcher.cli import main as cli_main
 from dispatcher.topology import (
@@ -32,6 +24,14 @@ from dispatcher.topology import (
     WorkloadLine,
     default_topology,
     demo_workloads,
+)
+from dispatcher_sandbox.demo import (
+    DemoOptions,
+    TimedLine,
+    _short_reason,
+    expectations,
+    parse_trace_lines,
+    run_demo,
 )
 
 A100 = "NVIDIA-A100-SXM4-80GB"

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from dispatcher_sandbox.fake_apiserver import FakeCluster
 from dispatcher_sandbox.kube_client import (
     ADMISSION_CHECKS,

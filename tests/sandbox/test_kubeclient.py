@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import aiohttp
 import pytest
+
 from dispatcher_sandbox.fake_apiserver import FakeCluster
 from dispatcher_sandbox.kube_client import KubeClient
 from dispatcher_sandbox.kueue_crds import KUEUE_SHORT_FORMS

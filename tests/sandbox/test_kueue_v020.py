@@ -23,6 +23,9 @@ from typing import Any
 
 import anyio
 import pytest
+
+from dispatcher.kueue.eligibility import eligibility
+from dispatcher.topology import WorkloadLine, generic_topology
 from dispatcher_sandbox.environment import Environment, environment
 from dispatcher_sandbox.kube_client import KubeClient, KubeError
 from dispatcher_sandbox.kueue_emulator.multikueue.workload import _Group, clone_for_create
@@ -34,9 +37,6 @@ from dispatcher_sandbox.kueue_emulator.runtime import (
     condition,
 )
 from dispatcher_sandbox.seeding import submit_workloads
-
-from dispatcher.kueue.eligibility import eligibility
-from dispatcher.topology import WorkloadLine, generic_topology
 
 pytestmark = pytest.mark.slow
 

@@ -13,9 +13,9 @@ import io
 from pathlib import Path
 
 import pytest
-from dispatcher_sandbox.demo import DemoOptions, TimedLine, run_demo
 
 from dispatcher.topology import default_topology, load_workloads
+from dispatcher_sandbox.demo import DemoOptions, TimedLine, run_demo
 
 pytestmark = [pytest.mark.mix]  # make new-user-mix; not in the default run (about 90 s)
 

@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from dispatcher.topology.runs import HOLD_ANNOTATION, RUN_SECONDS_ANNOTATION, hold_of
 from dispatcher_sandbox.real_kueue.build import (
     COMPONENTS,
     BuildError,
@@ -27,8 +29,6 @@ from dispatcher_sandbox.real_kueue.plane import (
     kueue_configuration,
     port_range,
 )
-
-from dispatcher.topology.runs import HOLD_ANNOTATION, RUN_SECONDS_ANNOTATION, hold_of
 
 NOW = datetime.datetime(2026, 12, 1, 12, 0, 0, tzinfo=datetime.UTC)
 

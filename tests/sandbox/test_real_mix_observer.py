@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+
 from dispatcher_sandbox.real_kueue.mix import ORIGIN_LABEL, _Observer
 
 

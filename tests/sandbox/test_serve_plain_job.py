@@ -38,6 +38,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from dispatcher_sandbox.harness.scenario import require_real_backend, run_command
 from dispatcher_sandbox.kueue_emulator.jobs import workload_name_for_job
 

@@ -20,9 +20,6 @@ from typing import Any
 
 import pytest
 import yaml
-from dispatcher_sandbox.fake_apiserver import FakeCluster
-from dispatcher_sandbox.kube_client import KubeClient
-from dispatcher_sandbox.seeding import apply_topology, submit_workloads
 from kubernetes_asyncio import client, config
 
 from dispatcher.topology import (
@@ -43,6 +40,9 @@ from dispatcher.topology import (
     topology_objects,
     workload_object,
 )
+from dispatcher_sandbox.fake_apiserver import FakeCluster
+from dispatcher_sandbox.kube_client import KubeClient
+from dispatcher_sandbox.seeding import apply_topology, submit_workloads
 
 A100 = "NVIDIA-A100-SXM4-80GB"
 H100 = "NVIDIA-H100-80GB-HBM3"

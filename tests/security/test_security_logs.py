@@ -30,6 +30,8 @@ import aiohttp
 import anyio
 import pytest
 import yaml
+
+from dispatcher.topology import default_topology
 from dispatcher_sandbox.environment import environment
 from dispatcher_sandbox.fake_apiserver.server import ISSUED_CREDENTIALS
 from dispatcher_sandbox.fake_apiserver.tls import process_ca
@@ -44,8 +46,6 @@ from dispatcher_sandbox.harness.scenario import (
     start_replica,
     worker_secret,
 )
-
-from dispatcher.topology import default_topology
 
 pytestmark = [pytest.mark.crds, pytest.mark.slow]
 

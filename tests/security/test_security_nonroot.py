@@ -37,10 +37,10 @@ import aiohttp
 import anyio
 import pytest
 import yaml
-from dispatcher_sandbox.environment import environment
-from dispatcher_sandbox.harness.scenario import by_job, cluster_of, cpu_jobs, placed_all
 
 from dispatcher.topology import default_topology
+from dispatcher_sandbox.environment import environment
+from dispatcher_sandbox.harness.scenario import by_job, cluster_of, cpu_jobs, placed_all
 
 ROOT = Path(__file__).resolve().parents[2]
 NOBODY = 65534

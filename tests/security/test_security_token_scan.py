@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from dispatcher_sandbox.fake_apiserver.server import ISSUED_CREDENTIALS, FakeCluster
 from dispatcher_sandbox.fake_apiserver.tls import new_ca
 

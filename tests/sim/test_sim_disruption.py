@@ -6,12 +6,12 @@ with the options under ``#name`` laid over its own, and ``preemptions_per_1000``
 from __future__ import annotations
 
 import pytest
-from dispatcher_sandbox.harness.sim import A100, run, trace
 
 from dispatcher.kueue.hints import CLUSTER_NAMES
 from dispatcher.sim.engine import parse_algorithms
 from dispatcher.sim.trace import TraceWorkload
 from dispatcher.topology import WorkloadLine
+from dispatcher_sandbox.harness.sim import A100, run, trace
 
 OURS = "gpu-type-affinity+capacity-first"
 TODAY = f"{OURS}#today"

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from dispatcher_sandbox.harness.sim import A100, run, trace, workload
 
 from dispatcher.sim.engine import Latencies
 from dispatcher.sim.trace import FaultEvent
+from dispatcher_sandbox.harness.sim import A100, run, trace, workload
 
 PIPELINE = "gpu-type-affinity+capacity-first"
 

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from dispatcher_sandbox.harness.sim import run, trace
 
 from dispatcher.kueue.hints import (
     CLUSTER_AFFINITY,
@@ -28,6 +27,7 @@ from dispatcher.sim.world import (
     topology_yaml,
 )
 from dispatcher.topology import WorkloadLine
+from dispatcher_sandbox.harness.sim import run, trace
 
 REGION = "kueue.x-k8s.io/region"
 

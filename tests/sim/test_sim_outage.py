@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dispatcher_sandbox.harness.sim import A100, H100, trace, workload
 
 from dispatcher.cli import main
 from dispatcher.plugins import PluginHost
@@ -40,6 +39,7 @@ from dispatcher.sim.trace import (
     parse_trace_lines,
 )
 from dispatcher.sim.world import SimTopology, load_topology
+from dispatcher_sandbox.harness.sim import A100, H100, trace, workload
 
 ROOT = Path(__file__).resolve().parents[2]
 SANDBOX_TOPOLOGY = ROOT / "dispatcher" / "topology" / "topologies" / "default.yaml"

@@ -6,11 +6,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from dispatcher_sandbox.harness.sim import A100, run, trace, workload
 
 from dispatcher.algorithms import AlgorithmSpec, NoOptions, Stages, TopN
 from dispatcher.plugins import PluginHost, hookimpl
 from dispatcher.sim.engine import parse_algorithms
+from dispatcher_sandbox.harness.sim import A100, run, trace, workload
 
 
 def test_cost_aware_from_its_distribution_sends_work_to_the_cheapest_fitting_worker() -> None:

@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from dispatcher_sandbox.harness.sim import run, trace, workload
 
 from dispatcher.controller import step
 from dispatcher.sim import engine
+from dispatcher_sandbox.harness.sim import run, trace, workload
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 

@@ -25,6 +25,11 @@ from typing import Any
 
 import anyio
 import pytest
+
+from dispatcher.app.manager import Manager
+from dispatcher.controller.nominator import Nominator
+from dispatcher.k8s.client import USER_AGENT
+from dispatcher.topology import default_topology
 from dispatcher_sandbox.environment import environment
 from dispatcher_sandbox.harness.scenario import (
     H100,
@@ -39,11 +44,6 @@ from dispatcher_sandbox.harness.scenario import (
     scrape,
     start_replica,
 )
-
-from dispatcher.app.manager import Manager
-from dispatcher.controller.nominator import Nominator
-from dispatcher.k8s.client import USER_AGENT
-from dispatcher.topology import default_topology
 
 pytestmark = pytest.mark.slow
 
