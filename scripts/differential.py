@@ -1,7 +1,8 @@
 """Compare the e2e traces of two runs: the differential runner's report (issue 14).
 
-Every e2e test that uses the backend leaves a trace per submitted Job (``tests/e2e/
-e2e_trace.py``) in ``build/traces/<backend>-<kueue version>/<test>.json``. This tool compares
+Every e2e test that uses the backend leaves a trace per submitted Job (written by
+``dispatcher_sandbox.harness.e2e.trace``) in ``build/traces/<backend>-<kueue version>/<test>.json``.
+This tool compares
 two such folders, normally the sandbox run (emulated Kueue v0.19) and the real run (Kueue
 v0.19.2 processes), scenario by scenario and Workload by Workload, and reports every difference
 beyond the tolerances declared in ``tests/differential/accepted.toml``::

@@ -33,8 +33,9 @@ allows is a preempted copy admitted again and finished before the manager reset 
 :func:`reused_copy`, which the held high-priority Job keeps from happening in wave B), no Job
 was ever admitted on two reachable workers at the same time (a copy on the lost worker
 counts until the loss started: Kueue cannot remove it while the worker is away), the
-preemption and the borrowing happened, and every Job's trace (``e2e_trace.py``) was
-recorded. ``scripts/differential.py`` then compares the traces of the sandbox and real runs.
+preemption and the borrowing happened, and every Job's trace (written by
+``dispatcher_sandbox.harness.e2e.trace``) was recorded. ``scripts/differential.py`` then
+compares the traces of the sandbox and real runs.
 """
 
 from __future__ import annotations

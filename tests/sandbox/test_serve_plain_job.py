@@ -16,8 +16,8 @@ The same YAML and the same kubectl commands run on both backends. The fake API s
 OpenAPI documents, so on the sandbox ``kubectl apply`` gets ``--validate=false`` (a documented
 kubectl limit, docs/fake-apiserver.md F25); the real backend uses kubectl's default validation.
 Every wait is ``kubectl wait`` with a deadline (a watch on the server), never a sleep. The real
-variant needs the built binaries (``testkit.require_real_backend``: skipped, saying why, when
-they are missing) and must run alone on the machine:
+variant needs the built binaries (``require_real_backend`` of the harness: skipped, saying why,
+when they are missing) and must run alone on the machine:
 ``flock /tmp/mkd-real.lock pytest tests/sandbox/test_serve_plain_job.py -m real``.
 """
 

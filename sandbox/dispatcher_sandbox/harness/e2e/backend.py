@@ -442,7 +442,7 @@ class KubeBackend:
         self.views.clear()
 
     def _observed(self, cluster: str, key: str, obj: Obj) -> None:
-        record(self, cluster, key, obj)  # the differential trace (e2e_trace.py, issue 14)
+        record(self, cluster, key, obj)  # the differential trace (harness.e2e.trace, issue 14)
         if obj and key == "workloads":
             name = obj["metadata"]["name"]
             history = self.history.setdefault(name, History())
