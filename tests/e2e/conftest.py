@@ -9,7 +9,8 @@ missing (``hack/kind-e2e.sh`` creates them and runs the suite).
 Every test that uses the backend leaves its trace (``dispatcher_sandbox.harness.e2e.trace``:
 what each Workload it submitted went through) in
 ``$MKD_TRACE_DIR/<backend>-<kueue version>/<test>.json`` (default ``build/traces`` under the
-repository), for the differential comparison of the sandbox and real runs (``scripts/differential.py``, ``make differential``, issue 14).
+repository), for the differential comparison of the sandbox and real runs
+(``scripts/differential.py``, ``make differential``, issue 14).
 """
 
 from __future__ import annotations
