@@ -9,76 +9,28 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from dispatcher_sandbox.harness.markdown import github_anchor, heading_anchors
+from dispatcher_sandbox.harness.markdown import NumberedPoints, github_anchor, heading_anchors
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTRACT = ROOT / "docs" / "kueue-contract.md"
-PYTHON_DIRS = ("dispatcher", "tests", "benchmarks", "scripts")
+PYTHON_DIRS = ("dispatcher", "sandbox", "tests", "benchmarks", "scripts")
 MAX_TITLE_LENGTH = 40
 
-# ``C`` and one to three digits, not part of a longer word (``NC110``, ``C54_CASES``, ``0xC28``,
-# ``#C28A3F`` are not references), optionally followed by the end of a range: a hyphen, en dash,
-# em dash or ellipsis (an en or em dash may have a space on each side), then the end number with
-# or without its ``C``.
-_REFERENCE = re.compile(
-    r"(?<!\w)C(?P<start>[0-9]{1,3})"
-    r"(?:(?:[-–—…]|\s[–—]\s)C?(?P<end>[0-9]{1,3}))?"
-    r"(?!\w)"
-)
-_POINT_HEADING = re.compile(r"^### C(?P<number>[0-9]+)\. (?P<title>\S.*)$")
+# ``C`` and one to three digits (what else counts: NumberedPoints).
+POINTS_OF_DOC = NumberedPoints("C", digits=3)
 _BOLD_DEFINITION = re.compile(r"^\*\*C[0-9]+\.")
 _CONTRACT_LINK = re.compile(r"kueue-contract\.md#(?P<anchor>[A-Za-z0-9_-]+)")
 _MARKDOWN_LINK = re.compile(r"\]\((?P<target>[^)\s]*)\)")
 _CODE_SPAN = re.compile(r"`[^`\n]*`")
 
 
-@dataclass(frozen=True)
-class Reference:
-    """One citation: ``C<start>`` or the range ``C<start>–C<end>``, where it was found."""
-
-    start: int
-    end: int
-    text: str
-    line: int
-
-    def numbers(self) -> range:
-        return range(self.start, self.end + 1)
-
-
-def parse_references(text: str) -> list[Reference]:
-    """The contract references in ``text``, in order; a range must not run backwards."""
-    found = []
-    for match in _REFERENCE.finditer(text):
-        start = int(match["start"])
-        end = int(match["end"]) if match["end"] is not None else start
-        line = text.count("\n", 0, match.start()) + 1
-        if end < start:
-            raise ValueError(f"line {line}: range {match[0]!r} runs backwards")
-        found.append(Reference(start, end, match[0], line))
-    return found
-
-
-def referenced_numbers(text: str) -> list[int]:
-    """Every point number ``text`` cites, ranges expanded, in order of appearance."""
-    return [n for ref in parse_references(text) for n in ref.numbers()]
-
-
-def defined_points(markdown: str) -> dict[int, str]:
-    """Point number → heading title, from the ``### C<n>. <title>`` headings."""
-    points: dict[int, str] = {}
-    for line in markdown.splitlines():
-        match = _POINT_HEADING.match(line)
-        if match:
-            number = int(match["number"])
-            if number in points:
-                raise ValueError(f"C{number} is defined twice")
-            points[number] = match["title"]
-    return points
+parse_references = POINTS_OF_DOC.parse
+referenced_numbers = POINTS_OF_DOC.numbers
+defined_points = POINTS_OF_DOC.defined
 
 
 def undefined_references(

@@ -21,13 +21,12 @@ from __future__ import annotations
 import re
 import subprocess
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 # One definition of GitHub's heading anchors for both documents of numbered points.
-from dispatcher_sandbox.harness.markdown import github_anchor, heading_anchors
+from dispatcher_sandbox.harness.markdown import NumberedPoints, github_anchor, heading_anchors
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "fake-apiserver.md"
@@ -38,12 +37,7 @@ SCANNED_DIRS = ("dispatcher", "sandbox", "tests", "benchmarks", "scripts", "docs
 SCANNED_SUFFIXES = {".py", ".md", ".toml", ".yaml", ".yml", ".sh", ".txt"}
 SKIPPED_PARTS = {"__pycache__", "build", "dist", "node_modules"}
 
-_REFERENCE = re.compile(
-    r"(?<![\w#])F(?P<start>[0-9]{1,2})"
-    r"(?:(?:[-–—…]|\s[–—]\s)F?(?P<end>[0-9]{1,2}))?"
-    r"(?!\w)"
-)
-_POINT_HEADING = re.compile(r"^### F(?P<number>[0-9]+)\. (?P<title>\S.*)$")
+POINTS_OF_DOC = NumberedPoints("F", digits=2, not_after=r"\w#")
 _BOLD_DEFINITION = re.compile(r"^\*\*F[0-9]+\.")
 _HEADING = re.compile(r"^#{1,6} (?P<text>.+?)\s*$")
 _DOC_LINK = re.compile(r"fake-apiserver\.md#(?P<anchor>[A-Za-z0-9_-]+)")
@@ -51,48 +45,9 @@ _MARKDOWN_LINK = re.compile(r"\]\((?P<target>[^)\s]*)\)")
 _CODE_SPAN = re.compile(r"`[^`\n]*`")
 
 
-@dataclass(frozen=True)
-class Reference:
-    """One citation: ``F<start>`` or the range ``F<start>–F<end>``, where it was found."""
-
-    start: int
-    end: int
-    text: str
-    line: int
-
-    def numbers(self) -> range:
-        return range(self.start, self.end + 1)
-
-
-def parse_references(text: str) -> list[Reference]:
-    """The fake API server references in ``text``, in order; a range must not run backwards."""
-    found = []
-    for match in _REFERENCE.finditer(text):
-        start = int(match["start"])
-        end = int(match["end"]) if match["end"] is not None else start
-        line = text.count("\n", 0, match.start()) + 1
-        if end < start:
-            raise ValueError(f"line {line}: range {match[0]!r} runs backwards")
-        found.append(Reference(start, end, match[0], line))
-    return found
-
-
-def referenced_numbers(text: str) -> list[int]:
-    """Every point number ``text`` cites, ranges expanded, in order of appearance."""
-    return [n for ref in parse_references(text) for n in ref.numbers()]
-
-
-def defined_points(markdown: str) -> dict[int, str]:
-    """Point number → heading title, from the ``### F<n>. <title>`` headings."""
-    points: dict[int, str] = {}
-    for line in markdown.splitlines():
-        match = _POINT_HEADING.match(line)
-        if match:
-            number = int(match["number"])
-            if number in points:
-                raise ValueError(f"F{number} is defined twice")
-            points[number] = match["title"]
-    return points
+parse_references = POINTS_OF_DOC.parse
+referenced_numbers = POINTS_OF_DOC.numbers
+defined_points = POINTS_OF_DOC.defined
 
 
 def heading_texts(markdown: str) -> list[str]:
@@ -333,7 +288,7 @@ def point_sections(markdown: str) -> dict[int, str]:
     number: int | None = None
     for line in markdown.splitlines():
         if line.startswith("#"):
-            match = _POINT_HEADING.match(line)
+            match = POINTS_OF_DOC.heading.match(line)
             number = int(match["number"]) if match else None
             continue
         if number is not None:
