@@ -611,8 +611,10 @@ def _replay(
 
     One that fits becomes a holder. One that does not fit but may preempt (the queue's policy,
     a holder of lower priority) claims its victims as Kueue would: they leave ``holders``, their
-    quota is its, and it is not counted as queued; so the next decision does not count on the
-    same victims (least disruption never plans two preemptions of one workload)."""
+    quota is its, so the next decision does not count on the same victims (least disruption
+    never plans two preemptions of one workload); and it counts as queued, as its copy does
+    once the worker shows it pending (until the preemption is done and it is admitted), so that
+    the queue ahead of a later decision does not depend on whether that copy is visible yet."""
     queued = 0
     preempts = cq.policy.preempts
     for other in workloads:
@@ -637,6 +639,7 @@ def _replay(
                     _consume(available, {fr: -amount for fr, amount in victim.usage.items()})
                 _consume(available, plan.usage)
                 holders.add(other, plan.usage)
+                queued += 1
                 continue
         queued += 1
     return queued

@@ -644,17 +644,21 @@ def build_snapshot(
             taints_error=candidate.taints_error,
         )
     cq = _queue_of(index, request.namespace, request.queue_name)
-    # The deciding workload's own copy waiting there is not a competitor; a same-named Workload
-    # that is not a copy (no origin label) is.
-    pending = tuple(
-        w
-        for w in index.pending.get(cq or "", ())
-        if w.key != request.key or request.key not in index.copies
-    )
     flying = tuple(
         w
         for w in (*in_flight.on(candidate.name, request.now), *extra_in_flight)
         if w.key != request.key and w.key not in index.reserved_keys
+    )
+    # The deciding workload's own copy waiting there is not a competitor; a same-named Workload
+    # that is not a copy (no origin label) is. The copy of a workload in flight here is counted
+    # once, by the in-flight replay (what it takes or claims, or that it queues), whether or not
+    # the worker shows it pending yet.
+    flying_keys = {w.key for w in flying}
+    pending = tuple(
+        w
+        for w in index.pending.get(cq or "", ())
+        if (w.key != request.key or request.key not in index.copies)
+        and not (w.key in flying_keys and w.key in index.copies)
     )
     return snapshot_from_objects(
         candidate.name,

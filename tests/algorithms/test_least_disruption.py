@@ -12,7 +12,14 @@ import pytest
 from dispatcher.algorithms import ClusterSnapshot
 from dispatcher.controller.nominator import summarize
 from dispatcher.kueue.admission import ReservingWorkload
-from dispatcher.testing import decide, dispatch_burst, make_cluster, make_holder, make_request
+from dispatcher.testing import (
+    decide,
+    dispatch_burst,
+    make_cluster,
+    make_holder,
+    make_request,
+    with_in_flight,
+)
 
 NOW = 1_000_000.0
 HIGH = 300
@@ -222,3 +229,22 @@ def test_a_preemptor_that_must_borrow_preempts_only_with_borrow_within_cohort() 
     decision = decide(make_request("hi", gpus=2, priority=HIGH, now=NOW), (cluster,))
     score = next(s for s in decision.verdict("w1").scores if s.scorer == "least-disruption")
     assert (score.value, score.detail) == (0.0, "nothing there may be preempted")
+
+
+def test_an_in_flight_preemptor_counts_as_ahead() -> None:
+    # The e2e contention of tests/e2e/test_e2e_disruption.py under `ignore`: w1 (first in order)
+    # has two low Jobs, w2 one. The first high Job goes to w1 (tie, order) and will get in by
+    # preempting there; while it is in flight a later decision sees it ahead on w1, as it does
+    # once w1 shows the first's copy pending (the controller then counts that copy once, as in
+    # flight: tests/controller/test_worker_index.py).
+    clusters = (
+        full("w1", job("a100-a"), job("a100-b", age=30), order=0),
+        full("w2", job("h100", gpus=4), gpus=4, order=1),
+    )
+    first, second = (make_request(f"high-{i}", gpus=2, priority=HIGH, now=NOW) for i in (1, 2))
+    options = capacity_first("ignore")
+    assert decide(first, clusters, options=options).nominate == ("w1",)
+    decision = decide(second, with_in_flight(clusters, first, ["w1"]), options=options)
+    assert decision.nominate == ("w2",), summarize(decision)
+    (w1,) = [v for v in decision.verdicts if v.cluster == "w1"]
+    assert [s.detail for s in w1.scores if s.scorer == "queue-ahead"] == ["1 ahead"]

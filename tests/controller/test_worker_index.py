@@ -34,7 +34,7 @@ from dispatcher.controller.snapshots import (
 )
 from dispatcher.k8s.watching import Listed, ObjectEvent, WatchItem, object_key
 from dispatcher.kueue.gputypes import DEFAULT_GPU_LABEL, DEFAULT_GPU_RESOURCE_PATTERN
-from dispatcher.testing import make_request
+from dispatcher.testing import make_request, queued_workload
 
 Obj = dict[str, Any]
 KUEUE = "kueue.x-k8s.io/v1beta2"
@@ -828,3 +828,41 @@ def test_the_same_name_guard_reads_workloads_and_jobs(
         for obj in copy.deepcopy(objects.get(resource, [])):
             fed.cache(resource).apply(ObjectEvent("DELETED", obj))
     assert following.name_taken("team-a", "wl", "train") == ""
+
+
+@pytest.mark.parametrize(
+    ("flying_is_a_copy", "pending"),
+    [
+        pytest.param(True, ["team-a/other"], id="the-copy-of-an-in-flight-workload"),
+        pytest.param(False, ["team-a/flying", "team-a/other"], id="a-same-named-stranger"),
+    ],
+)
+def test_a_workload_in_flight_is_counted_once_not_again_as_pending(
+    flying_is_a_copy: bool, pending: list[str]
+) -> None:
+    """The copy of a workload in flight on the worker is left to the in-flight replay (which
+    counts what it takes, claims or queues) once the worker shows it pending, so a decision
+    does not change with how soon the copy became visible; a same-named Workload that is not a
+    copy stays a competitor."""
+    mirror = mirror_of(
+        queues(
+            workloads=[
+                workload("flying", i=1, copy_of="multikueue" if flying_is_a_copy else None),
+                workload("other", i=2),
+            ]
+        ),
+        WORKER_RESOURCES,
+    )
+    in_flight = InFlight()
+    now = 1_800_000_000.0
+    in_flight.record(("w1",), queued_workload(make_request("flying", namespace="team-a")), now)
+    snapshot = build_snapshot(
+        Candidate("w1", 0, True, "", {}, None),
+        built(mirror),
+        make_request("decider", namespace="team-a", queue="user-queue", now=now),
+        in_flight,
+        label_key=DEFAULT_GPU_LABEL,
+        resource_pattern=DEFAULT_GPU_RESOURCE_PATTERN,
+    )
+    assert sorted(w.key for w in snapshot.pending) == pending
+    assert [w.key for w in snapshot.in_flight] == ["team-a/flying"]
