@@ -78,6 +78,8 @@ class Followed:
     cluster: str | None = None
     finished: bool = False
     copies: set[str] = field(default_factory=set)
+    nominations: list[tuple[str, ...]] = field(default_factory=list)
+    """Every nomination the manager Workload was seen with, in order (repeats left out)."""
     admitted_copy_on: str | None = None
     last: Obj | None = None
     created_at: float | None = None
@@ -192,6 +194,9 @@ class _Observer:
                 item.reserved_at = now
             if status.get("nominatedClusterNames") and item.nominated_at is None:
                 item.nominated_at = now
+            nominated = tuple(str(n) for n in status.get("nominatedClusterNames") or ())
+            if nominated and (not item.nominations or item.nominations[-1] != nominated):
+                item.nominations.append(nominated)
             if cluster_name:
                 item.cluster = str(cluster_name)
                 if item.admitted_at is None:
