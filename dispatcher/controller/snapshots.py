@@ -653,13 +653,11 @@ def build_snapshot(
     # that is not a copy (no origin label) is. The copy of a workload in flight here is counted
     # once, by the in-flight replay (what it takes or claims, or that it queues), whether or not
     # the worker shows it pending yet.
-    flying_keys = {w.key for w in flying}
-    pending = tuple(
-        w
-        for w in index.pending.get(cq or "", ())
-        if (w.key != request.key or request.key not in index.copies)
-        and not (w.key in flying_keys and w.key in index.copies)
-    )
+    hidden = {w.key for w in flying if w.key in index.copies}
+    if request.key in index.copies:
+        hidden.add(request.key)
+    queued = index.pending.get(cq or "", ())
+    pending = tuple(w for w in queued if w.key not in hidden) if hidden else tuple(queued)
     return snapshot_from_objects(
         candidate.name,
         namespace=request.namespace,
