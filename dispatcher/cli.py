@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    parser.set_defaults(unloadable_commands=_add_extension_commands(sub))
+    parser.set_defaults(unavailable_commands=_add_extension_commands(sub))
     run = sub.add_parser(
         "run",
         help="the manager process: mirror workers and nominate clusters",
@@ -118,8 +118,9 @@ def _add_extension_commands(sub: Any) -> dict[str, str]:
     Each entry point names a callable taking the subparsers object; it adds its parser and sets
     ``handler`` (a callable taking the parsed arguments and returning the exit code) as the
     parser's default. The test world's distribution adds ``sandbox`` this way; the product has
-    none. One that fails to load leaves the other commands working: the failures are returned
-    (command name to a one-line reason) and reported when that command is asked for.
+    none. One that fails to load leaves the other commands working. Returns the commands that
+    are unavailable, each with a one-line reason reported when it is asked for: those that
+    failed to load, and ``sandbox`` when nothing provides it.
     """
     from importlib.metadata import entry_points
 
@@ -133,6 +134,8 @@ def _add_extension_commands(sub: Any) -> dict[str, str]:
                 f"{type(error).__name__}: {error}"
                 + (f" ({SANDBOX_HINT})" if entry.name == "sandbox" else "")
             )
+    if "sandbox" not in sub.choices:
+        failed.setdefault("sandbox", SANDBOX_HINT)
     return failed
 
 
@@ -274,17 +277,8 @@ def _unavailable_command(parser: argparse.ArgumentParser, arguments: list[str]) 
     commands = [a for a in arguments if not a.startswith("-")]
     if not commands:
         return None
-    unloadable: dict[str, str] = parser.get_default("unloadable_commands") or {}
-    if commands[0] in unloadable:
-        return unloadable[commands[0]]
-    sub = next(
-        action
-        for action in parser._actions  # argparse keeps its subparsers action here
-        if isinstance(action, argparse._SubParsersAction)
-    )
-    if commands[0] == "sandbox" and "sandbox" not in sub.choices:
-        return SANDBOX_HINT
-    return None
+    unavailable: dict[str, str] = parser.get_default("unavailable_commands") or {}
+    return unavailable.get(commands[0])
 
 
 def failure(error: BaseException) -> tuple[int, str]:
