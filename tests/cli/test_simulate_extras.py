@@ -4,62 +4,25 @@ simulates, plots and writes its JSON (README, *The simulator*; docs/simulator.md
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
-import re
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
+from dispatcher_sandbox.harness.blocking import (
+    blocker_source,
+    world_distributions,
+    world_modules,
+)
+
 ROOT = Path(__file__).resolve().parents[2]
-
-BLOCKER = """\
-import sys
-
-BLOCKED = frozenset({modules!r})
-
-
-class _Blocker:
-    '''Refuses the test world and the top-level modules of its own distributions.'''
-
-    def find_spec(self, name, path=None, target=None):
-        if name.partition(".")[0] in BLOCKED:
-            raise ModuleNotFoundError(f"No module named {{name!r}} (blocked by the test)")
-        return None
-
-
-sys.meta_path.insert(0, _Blocker())
-"""
-
-
-def _names(requirements: list[str]) -> set[str]:
-    return {re.split(r"[\s<>=!~;\[]", r, maxsplit=1)[0].lower() for r in requirements}
-
-
-def sandbox_only_distributions() -> set[str]:
-    """Distributions the test world requires that neither the product nor its ``sim`` extra has
-    (the test world's own distribution included)."""
-    product = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    world = tomllib.loads((ROOT / "sandbox" / "pyproject.toml").read_text())["project"]
-    own = _names(product["dependencies"]) | _names(product["optional-dependencies"]["sim"])
-    return (_names(world["dependencies"]) | {world["name"]}) - own - {product["name"]}
-
-
-def blocked_modules() -> set[str]:
-    wanted = sandbox_only_distributions()
-    return {
-        module
-        for module, distributions in importlib.metadata.packages_distributions().items()
-        if {d.lower() for d in distributions} & wanted
-    }
 
 
 def run_blocked(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     site = tmp_path / "site"
     site.mkdir(exist_ok=True)
-    (site / "sitecustomize.py").write_text(BLOCKER.format(modules=sorted(blocked_modules())))
+    (site / "sitecustomize.py").write_text(blocker_source())
     env = {k: v for k, v in os.environ.items() if not k.startswith("DISPATCHER_")}
     env["PYTHONPATH"] = os.pathsep.join([str(site), str(ROOT)])
     env["MPLBACKEND"] = "Agg"
@@ -77,8 +40,14 @@ def run_blocked(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def test_the_test_world_adds_libraries_the_blocker_refuses(tmp_path: Path) -> None:
     """The premise: the test world has distinct libraries, they are installed here, and the
     blocker makes the test world unimportable."""
-    assert {"jsonpatch", "cel-python", "cryptography", "rich"} <= sandbox_only_distributions()
-    assert {"jsonpatch", "celpy", "cryptography", "rich", "dispatcher_sandbox"} <= blocked_modules()
+    assert {"jsonpatch", "cel-python", "cryptography", "rich"} <= world_distributions()
+    assert {
+        "jsonpatch",
+        "celpy",
+        "cryptography",
+        "rich",
+        "dispatcher_sandbox",
+    } <= world_modules()
     refused = run_blocked(tmp_path, "-c", "import dispatcher_sandbox.fake_apiserver")
     assert refused.returncode == 1
     assert "blocked by the test" in refused.stderr

@@ -22,23 +22,11 @@ from pathlib import Path
 import pytest
 
 import dispatcher
+from dispatcher_sandbox.harness.blocking import blocker_source
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 WORLD = tomllib.loads((ROOT / "sandbox" / "pyproject.toml").read_text())["project"]
-# The test world and the libraries only it needs: none may be imported by the product.
-TEST_WORLD_MODULES = ("dispatcher_sandbox", "jsonpatch", "celpy", "cryptography", "rich")
-
-BLOCKER = """\
-import importlib.abc, sys
-BLOCKED = {blocked!r}
-class Block(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path, target=None):
-        if name.split(".")[0] in BLOCKED:
-            raise ImportError(f"{{name}} belongs to the test world")
-        return None
-sys.meta_path.insert(0, Block())
-"""
 
 
 def build_wheel(source: Path, into: Path) -> Path:
@@ -148,7 +136,7 @@ def installed_product(product_wheel: Path, tmp_path_factory: pytest.TempPathFact
 
 
 def run_product(target: Path, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    script = BLOCKER.format(blocked=set(TEST_WORLD_MODULES)) + (
+    script = blocker_source() + (
         "import dispatcher\n"
         f"assert dispatcher.__file__.startswith({str(target)!r}), dispatcher.__file__\n"
         "from dispatcher.cli import main\n"
