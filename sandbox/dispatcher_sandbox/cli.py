@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 from dispatcher.topology import Topology, TopologyError, generic_topology, load_topology
-from dispatcher_sandbox.serve import BUILTIN_DISPATCHERS, describe, run_topology
+from dispatcher_sandbox.serve import BUILTIN_DISPATCHERS, describe, run_topology, wait_for_signal
 
 
 def register(sub: Any) -> None:
@@ -130,18 +129,6 @@ def register(sub: Any) -> None:
     sandbox.set_defaults(handler=_main)
 
 
-async def _wait_for_signal() -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
-
-
 def _topology(args: argparse.Namespace) -> Topology:
     """``--workers N`` gives the generic topology; otherwise ``--topology`` (default: default)."""
     if args.workers is not None:
@@ -175,7 +162,7 @@ async def _serve_real(args: argparse.Namespace) -> int:
         print(describe(running.plane), flush=True)
         print(f"Kueue v0.19.2 (real): dispatcherName {name}, pitfall remedy: {args.remedy}")
         print("READY", flush=True)
-        await _wait_for_signal()
+        await wait_for_signal()
     return 0
 
 
@@ -186,7 +173,7 @@ async def _serve(args: argparse.Namespace) -> int:
         async with run_topology(Path(args.dir), _topology(args)) as sandbox:
             print(describe(sandbox), flush=True)
             print("READY", flush=True)
-            await _wait_for_signal()
+            await wait_for_signal()
         return 0
     from dispatcher_sandbox.environment import environment
 
@@ -205,7 +192,7 @@ async def _serve(args: argparse.Namespace) -> int:
         print(describe(env.sandbox), flush=True)
         print(f"Kueue emulation: dispatcherName {name}, pitfall remedy: {args.remedy}", flush=True)
         print("READY", flush=True)
-        await _wait_for_signal()
+        await wait_for_signal()
     return 0
 
 

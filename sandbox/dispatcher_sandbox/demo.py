@@ -58,8 +58,6 @@ import contextlib
 import importlib.resources
 import json
 import logging
-import math
-import signal
 import statistics
 import sys
 import tempfile
@@ -103,6 +101,7 @@ from dispatcher_sandbox.kube_client import (
     KubeClient,
     Resource,
 )
+from dispatcher_sandbox.serve import wait_for_signal
 
 __all__ = [
     "DemoOptions",
@@ -811,19 +810,6 @@ def _kubectl_hints(env: DemoEnvironment, out: TextIO, seconds: float | None) -> 
     out.flush()
 
 
-async def _wait_for_signal(seconds: float | None) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        with anyio.move_on_after(seconds if seconds is not None else math.inf):
-            await stop.wait()
-    finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
-
-
 async def run_demo(options: DemoOptions, out: TextIO | None = None) -> DemoReport:
     """Run the demo; print the live view and the summary on ``out`` (default stdout)."""
     out = out if out is not None else sys.stdout
@@ -889,7 +875,7 @@ async def run_demo(options: DemoOptions, out: TextIO | None = None) -> DemoRepor
                 print(f"Wrote {options.json_path}", file=out, flush=True)
             if options.keep:
                 _kubectl_hints(env, out, options.keep_seconds)
-                await _wait_for_signal(options.keep_seconds)
+                await wait_for_signal(options.keep_seconds)
     return report
 
 

@@ -22,7 +22,10 @@ Kueue (``tests/sandbox/test_serve_plain_job.py`` shows both on both backends).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import math
+import signal
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -163,6 +166,20 @@ async def run_sandbox(
     """A manager and the named workers with the generic topology (see ``generic_topology``)."""
     async with run_topology(directory, generic_topology(worker_names), crds=crds) as sandbox:
         yield sandbox
+
+
+async def wait_for_signal(seconds: float | None = None) -> None:
+    """Serve until SIGINT or SIGTERM, or for ``seconds`` when given."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        with anyio.move_on_after(seconds if seconds is not None else math.inf):
+            await stop.wait()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
 
 
 def describe(sandbox: Sandbox) -> str:
