@@ -28,8 +28,8 @@ from dispatcher.k8s.resources import (
 from dispatcher.k8s.watching import BackoffPolicy, WatchSettings
 from dispatcher.telemetry.metrics import Metrics
 from dispatcher_sandbox.fake_apiserver import FakeCluster
-from dispatcher_sandbox.harness.scenario import samples_of
 from dispatcher_sandbox.kueue_crds import KUEUE_SHORT_FORMS
+from dispatcher_sandbox.metrics_text import samples_of
 
 NS = "kueue-system"
 FAST = WatchSettings(

@@ -38,8 +38,8 @@ from dispatcher.telemetry.metrics import Metrics
 from dispatcher.testing import make_host
 from dispatcher.topology import multikueue_admission_check
 from dispatcher_sandbox.fake_apiserver import FakeCluster
-from dispatcher_sandbox.harness.scenario import Samples, samples_of
 from dispatcher_sandbox.kueue_crds import KUEUE_SHORT_FORMS
+from dispatcher_sandbox.metrics_text import Samples, samples_of
 
 Decide = Callable[[DispatchRequest, Sequence[ClusterSnapshot]], Decision]
 KUEUE = "kueue.x-k8s.io/v1beta2"

@@ -38,7 +38,6 @@ from dispatcher_sandbox.harness.controller import (
     World,
     world,
 )
-from dispatcher_sandbox.harness.scenario import samples_of
 from dispatcher_sandbox.harness.unplaceable import (
     PENDING_STATUS,
     W2_LOOPS,
@@ -48,6 +47,7 @@ from dispatcher_sandbox.harness.unplaceable import (
     local_queue,
     reserved_status,
 )
+from dispatcher_sandbox.metrics_text import samples_of
 
 Obj = dict[str, Any]
 PATIENCE = 60.0
