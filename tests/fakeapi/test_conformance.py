@@ -11,10 +11,12 @@ from typing import Any
 
 import anyio
 import pytest
+import yaml
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client import ApiClient, ApiException
 
 from dispatcher_sandbox.fake_apiserver import FakeCluster
+from dispatcher_sandbox.fake_apiserver.handlers import load_apply_body
 from dispatcher_sandbox.harness.kube_builders import KUEUE, V1BETA2, widget, workload
 
 MERGE = "application/merge-patch+json"
@@ -765,6 +767,25 @@ async def apply(
     return await client.CustomObjectsApi(api).patch_namespaced_custom_object(
         "example.com", "v1", "default", "widgets", body["metadata"]["name"], body, **kwargs
     )
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        pytest.param(b'{"a": {"b": [1, "x"]}}', {"a": {"b": [1, "x"]}}, id="json-object"),
+        pytest.param(b'  \n{"n": 1e3}', {"n": 1000.0}, id="json-exponent-is-a-number"),
+        pytest.param(b"{a: b, c: [1, 2]}", {"a": "b", "c": [1, 2]}, id="flow-yaml"),
+        pytest.param(b"a:\n  b: yes\nc: 1e3\n", {"a": {"b": True}, "c": "1e3"}, id="block-yaml"),
+        pytest.param(b"", None, id="empty"),
+    ],
+)
+def test_f30_apply_body_is_json_when_it_is_json_else_yaml(raw: bytes, expected: Any) -> None:
+    assert load_apply_body(raw) == expected
+
+
+def test_f30_apply_body_that_is_neither_raises() -> None:
+    with pytest.raises(yaml.YAMLError):
+        load_apply_body(b"{a: [")
 
 
 async def test_f32_apply_creates_a_missing_object(api: ApiClient, cluster: FakeCluster) -> None:

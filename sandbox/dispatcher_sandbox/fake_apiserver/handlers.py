@@ -67,6 +67,22 @@ _QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _GENERATE_CHARS = "bcdfghjklmnpqrstvwxz2456789"
 
 
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def load_apply_body(raw: bytes) -> Any:
+    """An apply body (F30): YAML, of which JSON is a subset. JSON is read as JSON first, as
+    kube-apiserver's YAML-to-JSON reading gives JSON's own meaning to a JSON document (``1e3``
+    is a number, where YAML 1.1 reads a string), and it costs a tenth of YAML parsing; anything
+    else (block or flow YAML) goes to the YAML parser (libyaml's when PyYAML has it)."""
+    if raw.lstrip()[:1] in (b"{", b"["):
+        try:
+            return json.loads(raw)
+        except ValueError:
+            pass  # flow-style YAML such as {a: b}
+    return yaml.load(raw, Loader=_YAML_LOADER)
+
+
 async def read_body(request: web.Request) -> Obj:
     """The object in a create's or update's body, JSON or YAML (415 for protobuf)."""
     content_type = request.headers.get("Content-Type", "application/json").split(";")[0].strip()
@@ -75,7 +91,7 @@ async def read_body(request: web.Request) -> Obj:
         raise ApiError(415, f'the body of the request was in an unknown format: "{content_type}"')
     try:
         if content_type in ("application/yaml", "application/x-yaml"):
-            body = yaml.safe_load(raw)
+            body = yaml.load(raw, Loader=_YAML_LOADER)
         else:
             body = json.loads(raw or b"null")
     except (ValueError, yaml.YAMLError) as exc:
@@ -496,7 +512,7 @@ class ResourceHandlers:
             )
         manager = self._field_manager(request, required=is_apply)
         try:
-            patch = yaml.safe_load(raw) if is_apply else json.loads(raw or b"null")
+            patch = load_apply_body(raw) if is_apply else json.loads(raw or b"null")
         except (ValueError, yaml.YAMLError) as exc:
             raise ApiError(400, f"the patch body is not valid: {exc}") from exc
         if is_apply:
