@@ -969,3 +969,43 @@ async def test_c13_deactivation_target_is_deactivated_and_evicted_in_one_pass(
         "DeactivatedDueToEvictedOnManagerCluster"
     )
     assert passes["evict"] == passes["deactivate"]
+
+
+async def test_reserving_views_are_computed_once_per_object_version(kueue_env: KueueEnv) -> None:
+    """Operation count: a pass reads each quota holder's admission once per version of its
+    object; a pass over unchanged workloads parses none, a new version of one parses that one,
+    and the views are the ones a pass without the memo computes."""
+    env = kueue_env
+    await basic_queue(env)
+    names = ("w1", "w2", "w3")
+    for name in names:
+        await create(env.api, workload(name, cpu="1"))
+    for name in names:
+        await env.wait_workload(name, has("Admitted"))
+    kueue = env.kueue
+    computed: list[tuple[str, str]] = []
+    original = kueue._reserving_view
+
+    def counting(key: tuple[str, str], wl: Obj) -> Any:
+        computed.append(key)
+        return original(key, wl)
+
+    kueue._reserving_view = counting  # type: ignore[method-assign]
+    try:  # synchronous from here on: no pass of the running controller interleaves
+        state = kueue._read()
+        first = kueue._reserving(state)
+        assert [v.key for v in first] == [f"default/{n}" for n in names]
+        computed.clear()
+        assert kueue._reserving(kueue._read()) == first
+        assert computed == []
+        w2 = dict(state.workloads[("default", "w2")])
+        w2["metadata"] = {**w2["metadata"], "resourceVersion": str(int(rv_of(w2)) + 1000)}
+        state.workloads[("default", "w2")] = w2
+        del state.workloads[("default", "w1")]
+        again = kueue._reserving(state)
+        assert computed == [("default", "w2")]
+        assert set(kueue._reserving_memo) == {("default", "w2"), ("default", "w3")}
+        kueue._reserving_memo = {}
+        assert kueue._reserving(state) == again
+    finally:
+        del kueue._reserving_view

@@ -68,6 +68,12 @@ def render(obj: Obj, target: Target) -> Obj:
     return out
 
 
+def render_view(obj: Obj, target: Target) -> Obj:
+    """:func:`render` for an answer that is only serialised (a watch event): a new top level
+    sharing the stored object's nested values, which the caller must not change."""
+    return {**obj, "apiVersion": target.api_version, "kind": target.resource.kind}
+
+
 def structure_of(resource: Resource, version: str) -> StructureInfo | None:
     """The schema's structure (list and map types) for server-side apply, if it has a schema."""
     schema = resource.schema(version)

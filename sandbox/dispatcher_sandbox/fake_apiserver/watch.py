@@ -16,7 +16,7 @@ from aiohttp import web
 
 from dispatcher_sandbox.fake_apiserver.app import journal_request
 from dispatcher_sandbox.fake_apiserver.errors import ApiError
-from dispatcher_sandbox.fake_apiserver.objects import Obj, Target, render, selection, truthy
+from dispatcher_sandbox.fake_apiserver.objects import Obj, Target, render_view, selection, truthy
 from dispatcher_sandbox.fake_apiserver.state import ClusterState
 from dispatcher_sandbox.fake_apiserver.store import Event, Expired, Watcher
 
@@ -103,7 +103,7 @@ class WatchHandler:
                 await response.write_eof()
                 return response
             for obj in initial:
-                await write_event(response, "ADDED", render(obj, target))
+                await write_event(response, "ADDED", render_view(obj, target))
             if initial_events:
                 await write_event(
                     response, "BOOKMARK", self._bookmark(target, {INITIAL_EVENTS_END: "true"})
@@ -179,4 +179,4 @@ class WatchHandler:
             return
         kind = watch_type(event, matches)
         if kind is not None:
-            await write_event(response, kind, render(event.obj, target))
+            await write_event(response, kind, render_view(event.obj, target))

@@ -166,6 +166,7 @@ class CoreCache(Controller):
         self._reserved_at: dict[str, datetime.datetime] = {}
         self._admitted_at: dict[str, datetime.datetime] = {}
         self._timer_at: datetime.datetime | None = None
+        self._reserving_memo: dict[Key, tuple[Obj, int | None, ReservingWorkload | None]] = {}
         for resource in self.RESOURCES:
             conn.add_resource(resource)
         conn.subscribe(self._on_change)
@@ -301,25 +302,39 @@ class CoreCache(Controller):
         return None
 
     def _reserving(self, state: PassState) -> list[ReservingWorkload]:
+        """The workloads holding quota, in key order. Each one's view is computed once per
+        version of its object (the same dict at the same resourceVersion) and kept until the
+        object changes or leaves the cache: a pass no longer re-parses every admission."""
         out = []
+        memo: dict[Key, tuple[Obj, int | None, ReservingWorkload | None]] = {}
+        previous = self._reserving_memo
         for key, wl in sorted(state.workloads.items()):
-            if not self._holds_quota(wl):
-                continue
-            status = wl.get("status") or {}
-            evicted = is_true(wl, "Evicted")
-            out.append(
-                ReservingWorkload(
-                    key=f"{key[0]}/{key[1]}",
-                    cluster_queue=str(status["admission"]["clusterQueue"]),
-                    usage=admission_usage(status.get("admission")),
-                    priority=int((wl.get("spec") or {}).get("priority") or 0),
-                    reserved_at=time_of(condition(status, "QuotaReserved")) or EPOCH,
-                    queued_at=self._queued_at(wl),
-                    admitted=is_true(wl, "Admitted"),
-                    evicting=evicted,
-                )
-            )
+            seen = previous.get(key)
+            rv = rv_of(wl)
+            if seen is not None and seen[0] is wl and seen[1] == rv:
+                view = seen[2]
+            else:
+                view = self._reserving_view(key, wl)
+            memo[key] = (wl, rv, view)
+            if view is not None:
+                out.append(view)
+        self._reserving_memo = memo
         return out
+
+    def _reserving_view(self, key: Key, wl: Obj) -> ReservingWorkload | None:
+        if not self._holds_quota(wl):
+            return None
+        status = wl.get("status") or {}
+        return ReservingWorkload(
+            key=f"{key[0]}/{key[1]}",
+            cluster_queue=str(status["admission"]["clusterQueue"]),
+            usage=admission_usage(status.get("admission")),
+            priority=int((wl.get("spec") or {}).get("priority") or 0),
+            reserved_at=time_of(condition(status, "QuotaReserved")) or EPOCH,
+            queued_at=self._queued_at(wl),
+            admitted=is_true(wl, "Admitted"),
+            evicting=is_true(wl, "Evicted"),
+        )
 
     def _pending(
         self, state: PassState

@@ -213,8 +213,9 @@ class WorkloadReconciler(WorkloadStatusWriter):
             return None
 
     async def _sync_checks(self, wl: Obj, cq: Mapping[str, Any]) -> bool:
-        """Keep ``status.admissionChecks`` to the ClusterQueue's list; True when it wrote."""
-        status = self._status(wl)
+        """Keep ``status.admissionChecks`` to the ClusterQueue's list; True when it wrote. The
+        status is copied only for a write (a pass visits every quota holder)."""
+        status: Mapping[str, Any] = wl.get("status") or {}
         assigned = {
             str(f)
             for psa in (status.get("admission") or {}).get("podSetAssignments") or []
@@ -225,12 +226,13 @@ class WorkloadReconciler(WorkloadStatusWriter):
         if {c.get("name") for c in current} == set(wanted):
             return False  # the order is whoever wrote last's: not a reason to write
         have = {c.get("name") for c in current}
-        checks = [c for c in current if c.get("name") in wanted]
+        written = self._status(wl)
+        checks = [c for c in written.get("admissionChecks") or [] if c.get("name") in wanted]
         checks += [self._new_check(n) for n in wanted if n not in have]
-        status["admissionChecks"] = checks
+        written["admissionChecks"] = checks
         if not checks:
-            status.pop("admissionChecks")
-        await self._write(wl, status)
+            written.pop("admissionChecks")
+        await self._write(wl, written)
         return True
 
     async def _admit(self, wl: Obj) -> float | None:
