@@ -20,11 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes_asyncio.client import CustomObjectsApi
-from kubernetes_asyncio.client.exceptions import ApiException
-
-from dispatcher.k8s.client import TRANSPORT_ERRORS, KubeApi, translate
-from dispatcher.k8s.errors import ApiError
+from dispatcher.k8s.client import KubeApi
+from dispatcher.k8s.errors import ApiError, ApiUnreachable
 
 Obj = dict[str, Any]
 
@@ -76,33 +73,30 @@ async def _patch_status(
     body: Obj,
     *,
     content_type: str,
-    options: dict[str, Any],
+    query: list[tuple[str, str]],
     request_timeout: float | None,
 ) -> PatchResult:
-    custom = CustomObjectsApi(api.api_client)
-    await api.throttle()
+    # Through KubeApi.request (kubernetes_asyncio's call_api: its auth and token refresh, the
+    # session's transport), not the generated CustomObjectsApi method: the answer is read once as
+    # JSON, without the generated wrapper's parameter checks and its decode-then-deserialize.
+    path = f"/apis/{group}/{version}/namespaces/{namespace}/{plural}/{name}/status"
     try:
-        answer = await custom.patch_namespaced_custom_object_status(  # type: ignore[call-arg]
-            group,
-            version,
-            namespace,
-            plural,
-            name,
-            body,
-            _content_type=content_type,
-            _request_timeout=api.request_timeout if request_timeout is None else request_timeout,
-            **options,
+        answer = await api.request(
+            "PATCH",
+            path,
+            query=query,
+            body=body,
+            content_type=content_type,
+            request_timeout=request_timeout,
         )
-    except ApiException as exc:
-        error = translate(exc)
-    except TRANSPORT_ERRORS as exc:
-        raise translate(exc) from exc
-    else:
-        return Patched(answer if isinstance(answer, dict) else {})
-    race = classify(error)
-    if race is None:
-        raise error
-    return race
+    except ApiUnreachable:
+        raise
+    except ApiError as error:
+        race = classify(error)
+        if race is None:
+            raise
+        return race
+    return Patched(answer)
 
 
 async def apply_status(
@@ -134,7 +128,7 @@ async def apply_status(
         name,
         body,
         content_type=APPLY_PATCH,
-        options={"field_manager": field_manager, "force": force},
+        query=[("fieldManager", field_manager), ("force", "true" if force else "false")],
         request_timeout=request_timeout,
     )
 
@@ -153,7 +147,7 @@ async def merge_patch_status(
 ) -> PatchResult:
     """JSON merge patch ``body`` (for example ``{"status": {"nominatedClusterNames": [...]}}``)
     onto the status of a namespaced custom object. Never sends ``force`` (C47)."""
-    options: dict[str, Any] = {"field_manager": field_manager} if field_manager else {}
+    query = [("fieldManager", field_manager)] if field_manager else []
     return await _patch_status(
         api,
         group,
@@ -163,6 +157,6 @@ async def merge_patch_status(
         name,
         body,
         content_type=MERGE_PATCH,
-        options=options,
+        query=query,
         request_timeout=request_timeout,
     )
