@@ -233,11 +233,16 @@ class PodSetView:
     tolerations: tuple[Toleration, ...] = ()
     resource_names: tuple[str, ...] = ()
     """Names of the requested resources in the order first seen (stable for explanations)."""
+    _total: Mapping[str, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Computed once: a decision replays every in-flight workload's pod sets per cluster.
+        object.__setattr__(self, "_total", frozen_map(scale_requests(self.requests, self.count)))
 
     @property
     def total(self) -> Mapping[str, int]:
-        """Requests of the whole pod set (per-pod requests times ``count``)."""
-        return scale_requests(self.requests, self.count)
+        """Requests of the whole pod set (per-pod requests times ``count``), read-only."""
+        return self._total
 
 
 def _integer(value: Any, where: str, *, minimum: int | None = None) -> int:
