@@ -234,15 +234,19 @@ class PodSetView:
     resource_names: tuple[str, ...] = ()
     """Names of the requested resources in the order first seen (stable for explanations)."""
     _total: Mapping[str, int] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        # Computed once: a decision replays every in-flight workload's pod sets per cluster.
-        object.__setattr__(self, "_total", frozen_map(scale_requests(self.requests, self.count)))
+    """Set on first use of :attr:`total` (a slot left empty until then: the index holds a
+    pod set for every mirrored workload, and only those a decision replays need it)."""
 
     @property
     def total(self) -> Mapping[str, int]:
-        """Requests of the whole pod set (per-pod requests times ``count``), read-only."""
-        return self._total
+        """Requests of the whole pod set (per-pod requests times ``count``), read-only; computed
+        once (a decision replays every in-flight workload's pod sets on each cluster)."""
+        try:
+            return self._total
+        except AttributeError:
+            total = frozen_map(scale_requests(self.requests, self.count))
+            object.__setattr__(self, "_total", total)
+            return total
 
 
 def _integer(value: Any, where: str, *, minimum: int | None = None) -> int:
