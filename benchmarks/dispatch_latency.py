@@ -48,15 +48,13 @@ Mode (b), ``--kueue``: the server subprocess runs the **Kueue emulation** on the
 (``dispatcher_sandbox.environment.environment``, no dispatcher there; ``--kueue-version``, and
 ``--kueue-worker-qps`` to lift the emulated worker clients' limit, 5 QPS per kind on v0.19 as
 client-go's default) and submits the burst as **Jobs** at ``--rate`` through the API, as users
-do. Its clusters are the sandbox's: they enforce the real Kueue CRDs (schemas and CEL) when the
-CRD folder is found (``KUEUE_CRDS_DIR``), as the header line says. The emulated Kueue creates
-each Job's Workload, reserves quota on the manager (the eligibility instant, as above), and
-after the nomination copies it to the nominated worker, where the worker's Kueue reserves and
-admits and the manager records the admission: every one of those writes is an event some watch
-of the dispatcher receives, and the dispatcher's CPU per nomination includes them all (counted
-by kind: ``watch events applied``; and the dispatcher's reconciles by outcome). The server is
-then the Kueue emulation's process, and its busy share says whether it, rather than the
-dispatcher, bounds the rate.
+do. The emulated Kueue creates each Job's Workload, reserves quota on the manager (the
+eligibility instant, as above), and after the nomination copies it to the nominated worker,
+where the worker's Kueue reserves and admits and the manager records the admission: every one of
+those writes is an event some watch of the dispatcher receives, and the dispatcher's CPU per
+nomination includes them all (counted by kind: ``watch events applied``; and the dispatcher's
+reconciles by outcome). The server is then the Kueue emulation's process, and its busy share
+says whether it, rather than the dispatcher, bounds the rate.
 
     .venv/bin/python benchmarks/dispatch_latency.py [-W 2000] [-K 20] [--rate 500] [--json F]
     .venv/bin/python benchmarks/dispatch_latency.py --kueue --rate 25 [--kueue-worker-qps inf]
@@ -389,7 +387,6 @@ async def _serve_kueue(args: argparse.Namespace) -> None:
                 "eligible": len(eligible_at),
                 "admitted": len(admitted_at),
                 "submitted_per_s": args.W / max(submitted - started, 1e-9),
-                "schemas": env.sandbox.schemas,
             }
             _print_result(
                 latencies, eligible_at, nominated_at, cpu_before, started, finished, extra
@@ -661,9 +658,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "W": args.W,
         "K": args.K,
         "offered_rate_per_s": args.rate or None,
-        "schema": "Kueue CRDs (OpenAPI + CEL)"
-        if result.get("schemas", args.crds)
-        else "schema-less Kueue kinds",
+        "schema": "Kueue CRDs (OpenAPI + CEL)" if args.crds else "schema-less Kueue kinds",
         "nominated": result["nominated"],
         "nomination_latency_ms": nomination,
         "patch_rtt_ms": patch,
