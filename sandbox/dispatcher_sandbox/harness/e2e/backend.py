@@ -691,9 +691,25 @@ class KubeBackend:
             )
 
         await self.wait_for(waiting_gone, "every Job without quota deleted", self.timeouts.long)
-        for cluster in ("manager", *WORKERS):
+        # Then the manager's Jobs, and the workers' only once the manager's Workloads are gone:
+        # MultiKueue removes a deleted Workload's copies itself (C41), as a user's deletion would
+        # have it. Deleting a copy's Job on its worker first let the manager's MultiKueue see an
+        # admitted copy vanish under a live Workload and set its check to Retry ("Admitting
+        # remote no longer exists") on one backend and not on the other, a teardown race the
+        # trace recorded (the differential at 7619554).
+        for name in list(self.views["manager"].objects.get("jobs", {})):
+            await self.delete_job(name, None)
+
+        def manager_clean() -> bool:
+            objects = self.views["manager"].objects
+            return not objects["workloads"] and not objects.get("jobs")
+
+        await self.wait_for(
+            manager_clean, "every manager Job and Workload deleted", self.timeouts.long
+        )
+        for cluster in WORKERS:
             for name in list(self.views[cluster].objects.get("jobs", {})):
-                await self.delete_job(name, None if cluster == "manager" else cluster)
+                await self.delete_job(name, cluster)
 
         def clean() -> bool:
             return all(
