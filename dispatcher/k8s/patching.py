@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from dispatcher.k8s.client import KubeApi
-from dispatcher.k8s.errors import ApiError, ApiUnreachable
+from dispatcher.k8s.errors import ApiError
+from dispatcher.k8s.resources import ResourceRef
 
 Obj = dict[str, Any]
 
@@ -79,7 +80,7 @@ async def _patch_status(
     # Through KubeApi.request (kubernetes_asyncio's call_api: its auth and token refresh, the
     # session's transport), not the generated CustomObjectsApi method: the answer is read once as
     # JSON, without the generated wrapper's parameter checks and its decode-then-deserialize.
-    path = f"/apis/{group}/{version}/namespaces/{namespace}/{plural}/{name}/status"
+    path = ResourceRef(group, version, plural).path(namespace, name, "status")
     try:
         answer = await api.request(
             "PATCH",
@@ -89,9 +90,7 @@ async def _patch_status(
             content_type=content_type,
             request_timeout=request_timeout,
         )
-    except ApiUnreachable:
-        raise
-    except ApiError as error:
+    except ApiError as error:  # an unreachable server (status 0) is never a race: raised
         race = classify(error)
         if race is None:
             raise
