@@ -216,6 +216,83 @@ def test_jobs_seen_before_the_mark_are_left_out() -> None:
     assert feed.recorder.export(since) == {"jobs": {}, "local": {}}
 
 
+def teardown_race(feed: Feed) -> None:
+    """What a teardown can show on one backend and not the other: the admitted copy removed
+    first, then the manager's check set to Retry and clusterName cleared, then the Workload
+    deleted; and, for a second Workload name, a copy made while the Jobs are being deleted."""
+    feed.at(3.0, "worker2", "workloads", workload("w2", uid="copy-1", copy=True), deleted=True)
+    quota = {"QuotaReserved": ("True", "QuotaReserved")}
+    feed.at(3.1, "manager", "workloads", workload("5", conditions=quota, check="Retry"))
+    feed.at(3.2, "worker1", "workloads", workload("w7", uid="copy-late", copy=True))
+    feed.at(3.3, "manager", "jobs", job(), deleted=True)
+    feed.at(3.4, "manager", "workloads", workload("5"), deleted=True)
+
+
+@pytest.mark.parametrize(
+    ("ended", "copies", "checks", "outcome"),
+    [
+        pytest.param(
+            False,
+            {"worker2": ["appeared", "disappeared"], "worker1": ["appeared"]},
+            ["Pending", "Ready", "Retry"],
+            "deleted",
+            id="recorded-without-end",
+        ),
+        pytest.param(
+            True, {"worker2": ["appeared"]}, ["Pending", "Ready"], "admitted", id="ended-at-reset"
+        ),
+    ],
+)
+def test_a_trace_ends_where_the_teardown_starts(
+    ended: bool, copies: dict[str, list[str]], checks: list[str], outcome: str
+) -> None:
+    feed = Feed()
+    since = feed.recorder.mark()
+    admitted_run(feed, "stays")
+    if ended:
+        with feed.recorder.teardown():
+            teardown_race(feed)
+    else:
+        teardown_race(feed)
+    [trace] = feed.recorder.export(since)["jobs"]["j"]
+    assert {w: [e["event"] for e in events] for w, events in trace["copies"].items()} == copies
+    assert [e["state"] for e in trace["checks"]] == checks
+    assert trace["final"]["outcome"] == outcome
+    assert trace["remoteCopiesCreated"] == len(copies)
+
+
+def test_an_ended_run_is_not_waited_for() -> None:
+    feed = Feed()
+    since = feed.recorder.mark()
+    admitted_run(feed, "stays")
+    done = {"QuotaReserved": ("True", "QuotaReserved"), "Finished": ("True", "Succeeded")}
+    feed.at(4.0, "manager", "workloads", workload("5", conditions=done, check="Ready"))
+    assert feed.recorder.unsettled(since) == ["j"]
+    with feed.recorder.teardown():
+        pass
+    assert feed.recorder.unsettled(since) == []
+
+
+def test_after_a_teardown_the_same_job_name_is_recorded_again() -> None:
+    # S10 submits its Jobs again under the next Kueue dispatcher. The new copy's watch event
+    # may reach the test before its manager Workload's (COPY_GRACE): it is still recorded.
+    feed = Feed()
+    since = feed.recorder.mark()
+    admitted_run(feed, "stays")
+    with feed.recorder.teardown():
+        teardown_race(feed)
+    feed.at(10.0, "manager", "jobs", job("job-uid-2"))
+    feed.at(10.1, "worker1", "workloads", workload("w9", uid="copy-2", copy=True))
+    feed.at(10.2, "manager", "workloads", workload("9", uid="wl-uid-2", job_uid="job-uid-2"))
+    feed.at(11.0, "worker1", "workloads", workload("w9", uid="copy-2", copy=True), deleted=True)
+    first, second = feed.recorder.export(since)["jobs"]["j"]
+    assert set(first["copies"]) == {"worker2"}
+    assert second["copies"]["worker1"] == [
+        {"t": 0.1, "event": "appeared"},
+        {"t": 1.0, "event": "disappeared"},
+    ]
+
+
 @pytest.mark.parametrize(
     ("nodeid", "name"),
     [

@@ -38,7 +38,7 @@ from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from dispatcher.topology import WorkloadLine, workload_object
-from dispatcher_sandbox.harness.e2e.trace import record
+from dispatcher_sandbox.harness.e2e.trace import record, recorder_of
 
 log = logging.getLogger(__name__)
 
@@ -670,6 +670,12 @@ class KubeBackend:
             )
 
     async def reset(self) -> None:
+        # The scenario's trace ends here (harness.e2e.trace: what the deletions cause is
+        # teardown timing, which the differential does not compare).
+        with recorder_of(self).teardown():
+            await self._delete_scenario_objects()
+
+    async def _delete_scenario_objects(self) -> None:
         # Jobs whose Workload holds no quota go first, and are gone before the others are
         # deleted: deleting an admitted Job first frees quota, and Kueue may then admit a
         # waiting Workload of the scenario during the teardown on one backend and not on the

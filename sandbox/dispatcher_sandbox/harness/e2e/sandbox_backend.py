@@ -34,6 +34,7 @@ from dispatcher.app.settings import load_settings
 from dispatcher.topology import load_topology
 from dispatcher_sandbox.environment import DISPATCHER_NAME, Environment, environment
 from dispatcher_sandbox.harness.e2e.backend import WORKERS, KubeBackend, KueueMode, Timeouts
+from dispatcher_sandbox.harness.e2e.trace import recorder_of
 from dispatcher_sandbox.harness.paths import REPO, TESTS
 from dispatcher_sandbox.real_kueue.plane import KueueOptions
 from dispatcher_sandbox.serve import BUILTIN_DISPATCHERS
@@ -265,5 +266,8 @@ class SandboxBackend(KubeBackend):
         await self.env.sandbox.cluster(worker).up()
 
     async def use_kueue_dispatcher(self, mode: KueueMode) -> None:
-        await self._stop()
-        await self._start(mode)
+        # A new sandbox, rather than a reset: the scenario's trace ends here all the same
+        # (harness.e2e.trace), as the other backends' reset ends it.
+        with recorder_of(self).teardown():
+            await self._stop()
+            await self._start(mode)

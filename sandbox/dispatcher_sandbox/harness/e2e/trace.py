@@ -27,16 +27,24 @@ The conftest's autouse fixture takes a :func:`mark` before each test and writes
 :func:`export` of what was submitted after it to ``<trace dir>/<backend>-<kueue version>/
 <test>.json``; ``scripts/differential.py`` compares two such directories.
 
+A trace ends where the scenario does: the harness's ``reset`` (the teardown, and S10's switch
+between Kueue dispatchers) runs in :meth:`TraceRecorder.teardown`, which first freezes the
+records of every Job seen so far, with the copies of their Workloads. What the deletions then cause
+(a copy removed before or after its manager Workload, a requeued victim admitted for a moment
+once quota is freed) is each backend's teardown timing, not the scenario's behaviour, and is not
+recorded.
+
 Nothing here imports ``e2e_backend`` (which imports this module): the few Kueue names it needs
 are repeated below.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,6 +121,7 @@ class _Object:
     last: Obj = field(default_factory=dict)
     conditions: list[Obj] = field(default_factory=list)
     quota: list[Obj] = field(default_factory=list)
+    frozen: bool = False  # its run ended (TraceRecorder.end_runs): nothing more is recorded
     _conditions_now: dict[str, tuple[str, str]] = field(default_factory=dict)
     _quota_now: Obj | None = None
 
@@ -208,6 +217,7 @@ class _Job:
     uid: str
     first_seen: float
     mode: str
+    ended: bool = False  # TraceRecorder.end_runs was called after it was seen
 
 
 class TraceRecorder:
@@ -223,6 +233,7 @@ class TraceRecorder:
         self._present: dict[tuple[str, str], dict[str, str]] = {}  # (cluster, key) → name→uid
         self.clock: Callable[[], float] = time.monotonic
         self._waiters: list[anyio.Event] = []
+        self._tearing_down = False
 
     # --- recording ----------------------------------------------------------------------------
 
@@ -261,22 +272,31 @@ class TraceRecorder:
             owner = _owner(obj) or ("", "")
             record = self.manager.get(uid)
             if record is None:
+                job = self._job_of(owner[1])
+                if job is not None and job.ended:
+                    return  # a Workload Kueue made for a Job whose run has ended
                 record = _Manager(name, uid, now, job=owner[0], job_uid=owner[1])
                 self.manager[uid] = record
-            record.seen(now, obj)
+            if not record.frozen:
+                record.seen(now, obj)
         elif (obj["metadata"].get("labels") or {}).get(ORIGIN_LABEL):
             copy = self.copies.get((cluster, uid))
             if copy is None:
                 copy = _Object(name, uid, now)
+                made_from = self._manager_of(copy)
+                if self._tearing_down and made_from is not None and made_from.frozen:
+                    return  # a copy made during the teardown of an ended run
                 self.copies[(cluster, uid)] = copy
-            copy.seen(now, obj)
+            if not copy.frozen:
+                copy.seen(now, obj)
         else:
             owner = _owner(obj) or ("", "")
             local = self.local.get((cluster, uid))
             if local is None:
                 local = _Manager(name, uid, now, job=owner[0], job_uid=owner[1])
                 self.local[(cluster, uid)] = local
-            local.seen(now, obj)
+            if not local.frozen:
+                local.seen(now, obj)
 
     def _gone(self, cluster: str, key: str, uid: str, now: float) -> None:
         if key == "jobs":
@@ -285,8 +305,35 @@ class TraceRecorder:
             found: _Object | None = self.manager.get(uid)
         else:
             found = self.copies.get((cluster, uid)) or self.local.get((cluster, uid))
-        if found is not None:
+        if found is not None and not found.frozen:
             found.gone(now)
+
+    def _job_of(self, uid: str) -> _Job | None:
+        return self.jobs.get(uid) if uid else None
+
+    def end_runs(self) -> None:
+        """End the run of every Job seen so far: their records (manager Workloads, remote
+        copies, workers' own Workloads) keep what they hold now, and Workloads made for them
+        from now on are not recorded."""
+        for job in self.jobs.values():
+            job.ended = True
+        for records in (self.manager.values(), self.copies.values(), self.local.values()):
+            for record in records:
+                record.frozen = True
+
+    @contextlib.contextmanager
+    def teardown(self) -> Iterator[None]:
+        """:meth:`end_runs`, then, while the block deletes the ended runs' Jobs, leave out the
+        remote copies Kueue still makes for their Workloads. The harness's ``reset`` runs in
+        this block and returns only once every Workload is gone, so a copy first seen after it
+        belongs to a new run (S10 submits the same Job names again; a new copy is told from an
+        old one by the Workload it was made from, which is only known within half a second)."""
+        self.end_runs()
+        self._tearing_down = True
+        try:
+            yield
+        finally:
+            self._tearing_down = False
 
     # --- exporting ----------------------------------------------------------------------------
 
@@ -313,8 +360,8 @@ class TraceRecorder:
         records a leftover copy that neither backend keeps."""
         out = []
         for job in self.jobs.values():
-            if job.first_seen < since:
-                continue
+            if job.first_seen < since or job.ended:
+                continue  # before the test, or frozen by end_runs: nothing left to wait for
             workload = self._traced_workload(job)
             if workload is None:
                 continue
