@@ -23,7 +23,7 @@ from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client import ApiClient
 
 from dispatcher_sandbox.fake_apiserver.server import FakeCluster, load_crd_documents
-from dispatcher_sandbox.kube_client import KubeClient
+from dispatcher_sandbox.kube_client import WORKLOADS, KubeClient
 from dispatcher_sandbox.kueue_crds import KUEUE_SHORT_FORMS, kueue_crds_dir
 from dispatcher_sandbox.kueue_emulator.core import CoreKueue
 from dispatcher_sandbox.kueue_emulator.jobs import (
@@ -895,3 +895,81 @@ async def test_item6_manager_keeps_quota_while_the_mirrored_job_is_active(
         wl = await eventually(released, "the manager quota to be released")
         requeued = get_cond(wl, "Requeued") or {}
         assert (requeued["status"], requeued["reason"]) == ("False", "AdmissionCheck")
+
+
+# --- work per event -----------------------------------------------------------------------------
+
+
+async def settled(adapter: JobAdapter, workloads: int) -> None:
+    """Until the adapter's cache holds ``workloads`` Workloads and it has nothing left to do
+    (an event it has seen clears ``idle`` at once, so waiting for the count first is enough)."""
+
+    async def counted() -> bool:
+        return len(adapter.conn.cache(WORKLOADS).objects) == workloads
+
+    await eventually(counted, f"{workloads} Workloads in the adapter's cache")
+    with anyio.fail_after(DEADLINE):
+        await adapter.idle.wait()
+
+
+async def test_an_event_reconciles_the_one_job_it_names(manager: FakeCluster) -> None:
+    """Kueue's Job reconciler is keyed by Job (its Workload watch maps each Workload to its
+    owner): a new Job, its Workload's creation and a Job's deletion cost work for that Job
+    alone, not a pass over the 20 others; a ResourceFlavor change (read when a Job starts)
+    looks at every Job once."""
+    async with running(manager, "manager") as adapter, api_for(manager) as raw:
+        api = Api(raw)
+        for i in range(20):
+            await api.create_job(job_body(f"bystander-{i}"))
+        await settled(adapter, 20)
+
+        seen_jobs: list[str] = []
+        seen_workloads: list[str] = []
+        reconcile_job = adapter._reconcile_job
+        collect = adapter._collect_garbage
+
+        async def counting_job(job: Obj, *args: Any) -> float | None:
+            seen_jobs.append(job["metadata"]["name"])
+            return await reconcile_job(job, *args)
+
+        async def counting_gc(wl: Obj, *args: Any) -> None:
+            seen_workloads.append(wl["metadata"]["name"])
+            await collect(wl, *args)
+
+        adapter._reconcile_job = counting_job  # type: ignore[method-assign]
+        adapter._collect_garbage = counting_gc  # type: ignore[method-assign]
+
+        created = await api.create_job(job_body("newcomer"))
+        await settled(adapter, 21)
+        assert set(seen_jobs) == {"newcomer"}, seen_jobs
+        assert 1 <= len(seen_jobs) <= 3, seen_jobs  # the Job's event, its Workload's
+        newcomer_wl = workload_name_for_job("newcomer", created["metadata"]["uid"])
+        assert set(seen_workloads) == {newcomer_wl}, seen_workloads
+
+        seen_jobs.clear()
+        seen_workloads.clear()
+        await api.batch.delete_namespaced_job("newcomer", NS)
+        await settled(adapter, 20)
+        assert set(seen_jobs) <= {"newcomer"}, seen_jobs  # deleted: nothing to reconcile
+        assert set(seen_workloads) == {newcomer_wl}, seen_workloads
+
+        seen_jobs.clear()
+        await api.custom.create_cluster_custom_object(
+            KUEUE,
+            V1BETA2,
+            "resourceflavors",
+            {
+                "apiVersion": f"{KUEUE}/{V1BETA2}",
+                "kind": "ResourceFlavor",
+                "metadata": {"name": "any-flavor"},
+                "spec": {},
+            },
+        )
+
+        async def all_seen() -> bool:
+            return len(seen_jobs) >= 20
+
+        await eventually(all_seen, "every Job reconciled after the flavor's creation")
+        with anyio.fail_after(DEADLINE):
+            await adapter.idle.wait()
+        assert sorted(seen_jobs) == sorted(f"bystander-{i}" for i in range(20))

@@ -3,7 +3,9 @@
 Every controller of the emulation talks to its cluster only over HTTPS through a
 :class:`ClusterConnection` (a :class:`~dispatcher_sandbox.kube_client.KubeClient` plus shared
 informers), and is level-triggered: any change marks it dirty, and its ``reconcile`` recomputes
-everything from the cached objects, so a missed event can delay but never lose work.
+from the cached objects, so a missed event can delay but never lose work. Most recompute
+everything; the Job reconciler (:mod:`.jobs.job_controller`) recomputes the Jobs the events
+named, as Kueue's is keyed by Job, and everything after a re-list.
 
 Contract points (C…) refer to ``docs/kueue-contract.md``.
 """
