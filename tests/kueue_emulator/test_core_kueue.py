@@ -1009,3 +1009,42 @@ async def test_reserving_views_are_computed_once_per_object_version(kueue_env: K
         assert kueue._reserving(state) == again
     finally:
         del kueue._reserving_view
+
+
+async def test_queue_statuses_group_the_holders_once_per_pass(kueue_env: KueueEnv) -> None:
+    """Operation count: the queue-status step finds each quota holder's LocalQueue once a
+    pass, not once per LocalQueue (O(holders x queues) before): with 3 holders and 10
+    LocalQueues, 3 lookups."""
+    env = kueue_env
+    await basic_queue(env)
+    names = ("w1", "w2", "w3")
+    for name in names:
+        await create(env.api, workload(name, cpu="1"))
+    for name in names:
+        await env.wait_workload(name, has("Admitted"))
+    kueue = env.kueue
+    looked_up: list[str] = []
+    original = kueue._queue_of
+
+    def counting(wl: Obj) -> Any:
+        looked_up.append(str(wl["metadata"]["name"]))
+        return original(wl)
+
+    async def no_write(*_: Any) -> None:
+        return None
+
+    kueue._queue_of = counting  # type: ignore[method-assign]
+    kueue._update_queue_status = no_write  # type: ignore[method-assign]
+    try:  # synchronous reads, stubbed writes: no pass of the running controller interleaves
+        state = kueue._read()
+        [(key, lq)] = list(state.local_queues.items())
+        for i in range(9):
+            state.local_queues[(key[0], f"extra-{i}")] = {
+                **lq,
+                "metadata": {**lq["metadata"], "name": f"extra-{i}"},
+            }
+        await kueue._queue_statuses(state)
+        assert sorted(looked_up) == sorted(names)
+    finally:
+        del kueue._queue_of
+        del kueue._update_queue_status

@@ -52,12 +52,19 @@ class QueueStatusReconciler(CoreCache):
             cq_name = str((lq.get("spec") or {}).get("clusterQueue", ""))
             pending_cq[cq_name] = pending_cq.get(cq_name, 0) + pending_lq.get(key, 0)
         reserving = list(holders.values())
+        # Each holder grouped once by its ClusterQueue and its LocalQueue (in holder order), not
+        # looked for again per queue: O(holders) a pass rather than O(holders x queues).
+        by_cq: dict[str, list[ReservingWorkload]] = {}
+        by_lq: dict[Key, list[ReservingWorkload]] = {}
+        for k, r in holders.items():
+            by_cq.setdefault(r.cluster_queue, []).append(r)
+            by_lq.setdefault(self._queue_of(state.workloads[k]), []).append(r)
         reserved = QuotaSnapshot.build(queues, reserving, cohorts)
         admitted = QuotaSnapshot.build(queues, [r for r in reserving if r.admitted], cohorts)
         for name, cq in sorted(state.cluster_queues.items()):
             problem = self._cq_problem(state, cq)
             reason, message = problem or ("Ready", "Can admit new workloads")
-            mine = [r for r in reserving if r.cluster_queue == name]
+            mine = by_cq.get(name, [])
             wanted: Obj = {
                 "flavorsReservation": self._flavor_list(reserved, name, borrowed=True),
                 "flavorsUsage": self._flavor_list(admitted, name, borrowed=True),
@@ -69,7 +76,7 @@ class QueueStatusReconciler(CoreCache):
             await self._update_queue_status(CLUSTER_QUEUES, cq, wanted, active)
         for key, lq in sorted(state.local_queues.items()):
             cq_name = str((lq.get("spec") or {}).get("clusterQueue", ""))
-            mine = [r for k, r in holders.items() if self._queue_of(state.workloads[k]) == key]
+            mine = by_lq.get(key, [])
             wanted = {
                 "pendingWorkloads": pending_lq.get(key, 0),
                 "reservingWorkloads": len(mine),
