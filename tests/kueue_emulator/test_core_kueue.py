@@ -971,17 +971,23 @@ async def test_c13_deactivation_target_is_deactivated_and_evicted_in_one_pass(
     assert passes["evict"] == passes["deactivate"]
 
 
-async def test_reserving_views_are_computed_once_per_object_version(kueue_env: KueueEnv) -> None:
-    """Operation count: a pass reads each quota holder's admission once per version of its
-    object; a pass over unchanged workloads parses none, a new version of one parses that one,
-    and the views are the ones a pass without the memo computes."""
-    env = kueue_env
+async def three_admitted(env: KueueEnv) -> tuple[str, ...]:
+    """The basic queue with three small workloads, each admitted; their names."""
     await basic_queue(env)
     names = ("w1", "w2", "w3")
     for name in names:
         await create(env.api, workload(name, cpu="1"))
     for name in names:
         await env.wait_workload(name, has("Admitted"))
+    return names
+
+
+async def test_reserving_views_are_computed_once_per_object_version(kueue_env: KueueEnv) -> None:
+    """Operation count: a pass reads each quota holder's admission once per version of its
+    object; a pass over unchanged workloads parses none, a new version of one parses that one,
+    and the views are the ones a pass without the memo computes."""
+    env = kueue_env
+    names = await three_admitted(env)
     kueue = env.kueue
     computed: list[tuple[str, str]] = []
     original = kueue._reserving_view
@@ -1016,12 +1022,7 @@ async def test_queue_statuses_group_the_holders_once_per_pass(kueue_env: KueueEn
     pass, not once per LocalQueue (O(holders x queues) before): with 3 holders and 10
     LocalQueues, 3 lookups."""
     env = kueue_env
-    await basic_queue(env)
-    names = ("w1", "w2", "w3")
-    for name in names:
-        await create(env.api, workload(name, cpu="1"))
-    for name in names:
-        await env.wait_workload(name, has("Admitted"))
+    names = await three_admitted(env)
     kueue = env.kueue
     looked_up: list[str] = []
     original = kueue._queue_of
