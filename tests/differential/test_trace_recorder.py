@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import pytest
 
 from dispatcher_sandbox.harness.e2e import trace as e2e_trace
@@ -310,3 +311,39 @@ def test_after_a_teardown_the_same_job_name_is_recorded_again() -> None:
 )
 def test_trace_file_names(nodeid: str, name: str) -> None:
     assert e2e_trace.trace_file_name(nodeid) == name
+
+
+def finished_with_its_copy(feed: Feed) -> None:
+    admitted_run(feed, "stays")
+    done = {"QuotaReserved": ("True", "QuotaReserved"), "Finished": ("True", "Succeeded")}
+    feed.at(4.0, "manager", "workloads", workload("5", conditions=done, check="Ready"))
+
+
+@pytest.mark.anyio
+async def test_a_teardown_first_waits_for_a_finished_jobs_copy_to_go() -> None:
+    # Kueue removes a finished Workload's copy (C24) in its next reconcile; a teardown that
+    # froze the run before that would record the copy on one backend and its removal on the
+    # other.
+    feed = Feed()
+    finished_with_its_copy(feed)
+    settled: list[bool] = []
+
+    async def wait() -> None:
+        settled.append(await feed.recorder.wait_settled(5.0))
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(wait)
+        await anyio.wait_all_tasks_blocked()
+        assert settled == []
+        feed.at(4.5, "worker2", "workloads", workload("w2", uid="copy-1", copy=True), deleted=True)
+    assert settled == [True]
+
+
+@pytest.mark.anyio
+async def test_waiting_for_a_run_to_settle_is_bounded() -> None:
+    feed = Feed()
+    finished_with_its_copy(feed)
+    assert await feed.recorder.wait_settled(0.05) is False
+    with feed.recorder.teardown():
+        pass
+    assert await feed.recorder.wait_settled(0.05) is True  # an ended run is not waited for

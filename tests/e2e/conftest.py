@@ -28,7 +28,12 @@ from typing import Any
 import anyio
 import pytest
 
-from dispatcher_sandbox.harness.e2e.trace import TRACE_FORMAT, recorder_of, trace_file_name
+from dispatcher_sandbox.harness.e2e.trace import (
+    SETTLE_MAX,
+    TRACE_FORMAT,
+    recorder_of,
+    trace_file_name,
+)
 
 BACKENDS = ("sandbox", "real", "kind")
 KUEUE_VERSIONS = ("v0.19", "v0.20")
@@ -42,7 +47,6 @@ DEFAULT_TRACE_DIR = ROOT / "build" / "traces"
 # mix on the sandbox before the copies of its last Jobs were removed in 11 of 24 runs (their
 # removal waits for the worker clients' rate limit).
 SETTLE_QUIET = 1.0
-SETTLE_MAX = 15.0
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

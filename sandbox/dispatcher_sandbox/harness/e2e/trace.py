@@ -41,6 +41,7 @@ are repeated below.
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 import time
 import weakref
@@ -55,6 +56,9 @@ Obj = dict[str, Any]
 TRACE_FORMAT = 1
 ORIGIN_LABEL = "kueue.x-k8s.io/multikueue-origin"  # C32, C41: marks a remote copy
 COPY_GRACE = 0.5
+SETTLE_MAX = 15.0
+"""The longest the harness waits for a run to come to rest (a finished Job's copy removed, which
+waits for the worker clients' rate limit) before it writes a trace or starts a teardown."""
 
 
 def _round(seconds: float) -> float:
@@ -320,6 +324,17 @@ class TraceRecorder:
         for records in (self.manager.values(), self.copies.values(), self.local.values()):
             for record in records:
                 record.frozen = True
+
+    async def wait_settled(self, within: float = SETTLE_MAX) -> bool:
+        """Until no Job whose run has not ended is :meth:`unsettled` (a finished Job's remote
+        copy still there), at most ``within`` seconds; whether that happened. The harness calls
+        this before a teardown, so that the removal Kueue was about to make (C24, C41) is part
+        of the trace on every backend rather than cut off by :meth:`teardown` on one of them."""
+        with anyio.move_on_after(within):
+            while self.unsettled(-math.inf):
+                await self.next_event()
+            return True
+        return False
 
     @contextlib.contextmanager
     def teardown(self) -> Iterator[None]:
