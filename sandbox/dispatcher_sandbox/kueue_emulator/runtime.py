@@ -713,9 +713,13 @@ class Controller:
             elif not self._dirty.is_set():
                 self.idle.set()
 
-    def _schedule(self, seconds: float) -> None:
+    def _schedule(self, seconds: float, then: Callable[[], object] | None = None) -> None:
+        """Reconcile again after ``seconds``; ``then`` (if given) runs first, at that time."""
+
         async def later() -> None:
             await self.clock.sleep(seconds)
+            if then is not None:
+                then()
             self.mark_dirty()
 
         task = asyncio.get_running_loop().create_task(later())

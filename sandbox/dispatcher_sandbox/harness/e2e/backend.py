@@ -672,9 +672,7 @@ class KubeBackend:
     async def reset(self) -> None:
         # The scenario's trace ends here, once a finished Job's copy is removed (harness.e2e.trace:
         # what the deletions cause is teardown timing, which the differential does not compare).
-        recorder = recorder_of(self)
-        await recorder.wait_settled()
-        with recorder.teardown():
+        async with recorder_of(self).scenario_end():
             await self._delete_scenario_objects()
 
     async def _delete_scenario_objects(self) -> None:

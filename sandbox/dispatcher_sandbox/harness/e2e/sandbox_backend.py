@@ -268,8 +268,6 @@ class SandboxBackend(KubeBackend):
     async def use_kueue_dispatcher(self, mode: KueueMode) -> None:
         # A new sandbox, rather than a reset: the scenario's trace ends here all the same
         # (harness.e2e.trace), as the other backends' reset ends it.
-        recorder = recorder_of(self)
-        await recorder.wait_settled()
-        with recorder.teardown():
+        async with recorder_of(self).scenario_end():
             await self._stop()
             await self._start(mode)

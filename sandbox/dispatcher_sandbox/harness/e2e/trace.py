@@ -28,11 +28,11 @@ The conftest's autouse fixture takes a :func:`mark` before each test and writes
 <test>.json``; ``scripts/differential.py`` compares two such directories.
 
 A trace ends where the scenario does: the harness's ``reset`` (the teardown, and S10's switch
-between Kueue dispatchers) runs in :meth:`TraceRecorder.teardown`, which first freezes the
-records of every Job seen so far, with the copies of their Workloads. What the deletions then cause
-(a copy removed before or after its manager Workload, a requeued victim admitted for a moment
-once quota is freed) is each backend's teardown timing, not the scenario's behaviour, and is not
-recorded.
+between Kueue dispatchers) runs in :meth:`TraceRecorder.scenario_end`: once no finished Job
+still has a remote copy (at most ``SETTLE_MAX``), it freezes the records of every Job seen so
+far, with the copies of their Workloads. What the deletions then cause (a copy removed before or
+after its manager Workload, a requeued victim admitted for a moment once quota is freed) is each
+backend's teardown timing, not the scenario's behaviour, and is not recorded.
 
 Nothing here imports ``e2e_backend`` (which imports this module): the few Kueue names it needs
 are repeated below.
@@ -45,7 +45,7 @@ import math
 import re
 import time
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -349,6 +349,13 @@ class TraceRecorder:
             yield
         finally:
             self._tearing_down = False
+
+    @contextlib.asynccontextmanager
+    async def scenario_end(self) -> AsyncIterator[None]:
+        """What the harness wraps a teardown in: :meth:`wait_settled`, then :meth:`teardown`."""
+        await self.wait_settled()
+        with self.teardown():
+            yield
 
     # --- exporting ----------------------------------------------------------------------------
 

@@ -75,8 +75,8 @@ Differences from upstream, on purpose:
 
 from __future__ import annotations
 
-import asyncio
 import copy
+import functools
 import hashlib
 import logging
 from collections.abc import Mapping
@@ -420,19 +420,6 @@ class JobReconciler(Controller):
             if not keys:
                 del index[at]
 
-    def _look_again(self, key: Key, seconds: float) -> None:
-        """Reconcile the Job ``key`` again after ``seconds`` (controller-runtime's
-        ``RequeueAfter``)."""
-
-        async def later() -> None:
-            await self.clock.sleep(seconds)
-            self._dirty_jobs.add(key)
-            self.mark_dirty()
-
-        task = asyncio.get_running_loop().create_task(later())
-        self._timers.add(task)
-        task.add_done_callback(self._timers.discard)
-
     @property
     def client(self) -> KubeClient:
         """The client of this adapter's cluster."""
@@ -458,43 +445,50 @@ class JobReconciler(Controller):
             self._everything = False
             self._dirty_jobs.update(jobs)
             self._dirty_workloads.update(workloads)
-        pending = sorted(self._dirty_jobs)
+        # Each list is worked off from its end (in key order); a pass that fails (it is retried
+        # with backoff) leaves what it had not done, the failed key included, for the next.
+        todo = sorted(self._dirty_jobs, reverse=True)
         self._dirty_jobs.clear()
-        for done, key in enumerate(pending):
-            job = jobs.get(key)
-            if job is None:
-                continue  # deleted: the garbage collection below sees to its Workloads
-            self.jobs_reconciled += 1
-            uid = job["metadata"]["uid"]
-            owned = {}
-            found = sorted(self._owned.get((key[0], uid), ()))
-            if found:
-                owned[(key[0], uid)] = workloads[found[-1]]
-            try:
-                again = await self._reconcile_job(job, workloads, owned)
-            except KubeError as error:
-                if error.status not in (404, 409):
-                    self._dirty_jobs.update(pending[done:])
-                    raise
-                again = 0.05  # a concurrent change: look again soon
-            except BaseException:
-                self._dirty_jobs.update(pending[done:])
-                raise
-            if again is not None:
-                self._look_again(key, again)
-        pending = sorted(self._dirty_workloads)
+        try:
+            while todo:
+                await self._job_step(todo[-1], jobs, workloads)
+                todo.pop()
+        finally:
+            self._dirty_jobs.update(todo)
+        todo = sorted(self._dirty_workloads, reverse=True)
         self._dirty_workloads.clear()
-        for done, key in enumerate(pending):
-            wl = workloads.get(key)
-            if wl is None:
-                continue
-            self.workloads_collected += 1
-            try:
-                await self._collect_garbage(wl, self._live_uids)
-            except BaseException:
-                self._dirty_workloads.update(pending[done:])
-                raise
+        try:
+            while todo:
+                wl = workloads.get(todo[-1])
+                if wl is not None:
+                    self.workloads_collected += 1
+                    await self._collect_garbage(wl, self._live_uids)
+                todo.pop()
+        finally:
+            self._dirty_workloads.update(todo)
         return None
+
+    async def _job_step(
+        self, key: Key, jobs: Mapping[Key, Obj], workloads: Mapping[Key, Obj]
+    ) -> None:
+        """One Job's reconcile, requeued alone when it asks to be looked at again."""
+        job = jobs.get(key)
+        if job is None:
+            return  # deleted: the garbage collection sees to its Workloads
+        self.jobs_reconciled += 1
+        uid = job["metadata"]["uid"]
+        owned = {}
+        found = sorted(self._owned.get((key[0], uid), ()))
+        if found:
+            owned[(key[0], uid)] = workloads[found[-1]]
+        try:
+            again = await self._reconcile_job(job, workloads, owned)
+        except KubeError as error:
+            if error.status not in (404, 409):
+                raise
+            again = 0.05  # a concurrent change: look again soon
+        if again is not None:  # controller-runtime's RequeueAfter, for this Job alone
+            self._schedule(again, functools.partial(self._dirty_jobs.add, key))
 
     async def _reconcile_job(
         self,
