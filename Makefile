@@ -19,7 +19,7 @@ DIFFERENTIAL_REPORT ?= build/differential/report.md
 # fidelity tests.
 E2E_REAL_TESTS := tests/e2e/test_e2e_scenarios.py tests/e2e/test_e2e_mix.py tests/e2e/test_e2e_leftover_copy.py tests/e2e/test_e2e_placement.py tests/e2e/test_e2e_hints.py tests/e2e/test_e2e_disruption.py tests/e2e/test_e2e_predicted_start.py $(sort $(wildcard tests/e2e/test_fidelity_*.py))
 
-.PHONY: sandbox test lint typecheck imports unit unit-scenarios unit-rest audit venv clean bench real-binaries e2e-real e2e-v020 outage-real differential new-user-mix
+.PHONY: sandbox test lint typecheck imports unit unit-e2e unit-scenarios unit-rest real audit venv clean bench real-binaries e2e-real e2e-v020 outage-real differential new-user-mix
 
 $(STAMP): pyproject.toml sandbox/pyproject.toml $(PLUGIN_DIRS)
 	$(PYTHON) -m venv $(VENV)
@@ -54,18 +54,20 @@ real-binaries: $(STAMP)
 		echo "go not found: the real-Kueue tests (tests/real, pytest tests/e2e --backend real) will skip"; \
 	fi
 
-## Everything on pytest's default paths but the real outage test (`outage-real`): the sandbox
-## suites, tests/e2e on the sandbox (its traces in $(TRACE_DIR)/sandbox-v0.19), tests/real. Two
-## pytest processes at once, their output kept apart: the emulated clusters' scenarios
-## (tests/e2e, tests/e2e_sandbox, tests/faults but its API-fault file) and everything else,
-## every real-Kueue test included, so that one real control plane runs at a time. Measured in
-## CI at b29cf70 (tests/faults whole in the first, the outage test in the second): 1,103 s and
-## 860 s side by side, the API-fault file 255 s of the first and the outage test 334 s of the
-## second; hence this split. Each process mostly waits on the emulated or real Kueue's delays,
-## so together they take little longer than the longer one. UNIT_GROUP=all: one process
-## (the outage test included).
+## Everything on pytest's default paths but tests/real, in three pytest processes at once, their
+## output kept apart: the e2e scenarios on the sandbox (tests/e2e, traces in
+## $(TRACE_DIR)/sandbox-v0.19), the emulated clusters' other scenarios with the fault tests
+## (tests/e2e_sandbox, tests/faults), and the rest. Each process mostly waits on the emulated
+## Kueue's delays: measured at 88e6799 as two processes (tests/real in the second), the CPUs were
+## 53 % busy over the 12 min 19 s, and tests/e2e took 420 s, tests/e2e_sandbox with tests/faults
+## 433 s, the rest 356 s and tests/real 185 s (`make unit PYTEST_ARGS=--durations=0`). tests/real
+## starts real control planes: it runs in `real`, which `make test` runs beside e2e-real, so that
+## no real control plane runs beside these three. UNIT_GROUP=all: one process, tests/real
+## included.
 UNIT_GROUP ?= split
-UNIT_SCENARIOS := tests/e2e tests/e2e_sandbox $(filter-out tests/faults/test_api_faults.py,$(wildcard tests/faults/test_*.py))
+UNIT_E2E := tests/e2e
+UNIT_SCENARIOS := tests/e2e_sandbox tests/faults
+UNIT_REAL := tests/real
 OUTAGE_REAL := tests/real/test_real_worker_outage.py
 
 unit: $(STAMP) real-binaries
@@ -73,18 +75,25 @@ unit: $(STAMP) real-binaries
 ifeq ($(UNIT_GROUP),all)
 	$(BIN)/pytest $(PYTEST_ARGS)
 else
-	$(MAKE) --no-print-directory -j2 --output-sync=target unit-scenarios unit-rest
+	$(MAKE) --no-print-directory -j3 --output-sync=target unit-e2e unit-scenarios unit-rest
 endif
+
+unit-e2e: $(STAMP)
+	$(BIN)/pytest $(UNIT_E2E) $(PYTEST_ARGS)
 
 unit-scenarios: $(STAMP)
 	$(BIN)/pytest $(UNIT_SCENARIOS) $(PYTEST_ARGS)
 
 unit-rest: $(STAMP)
-	$(BIN)/pytest $(foreach d,$(UNIT_SCENARIOS) $(OUTAGE_REAL),--ignore=$(d)) $(PYTEST_ARGS)
+	$(BIN)/pytest $(foreach d,$(UNIT_E2E) $(UNIT_SCENARIOS) $(UNIT_REAL),--ignore=$(d)) $(PYTEST_ARGS)
 
-## Issue 17 on real Kueue: a worker's API server killed mid-mix, with the unplaceable-release
-## policy on and off and under Kueue's AllAtOnce (about 5.5 min). `make test` runs it beside
-## e2e-real once e2e-v020 is done, each in its own port range (MKD_REAL_PORTS).
+## tests/real on real control planes: the CLI and the remedies on real Kueue, and issue 17's
+## outage (a worker's API server killed mid-mix, with the unplaceable-release policy on and off
+## and under Kueue's AllAtOnce, about 6 min). `make test` runs it beside e2e-real once e2e-v020
+## is done, each in its own port range (MKD_REAL_PORTS). `outage-real`: the outage test alone.
+real: $(STAMP) real-binaries
+	MKD_REAL_PORTS=26000-31999 $(BIN)/pytest $(UNIT_REAL) $(PYTEST_ARGS)
+
 outage-real: $(STAMP) real-binaries
 	MKD_REAL_PORTS=26000-31999 $(BIN)/pytest $(OUTAGE_REAL) $(PYTEST_ARGS)
 
@@ -115,11 +124,11 @@ audit: $(STAMP)
 
 ## The whole test suite: lint, types, layering contract, pytest (sandbox and real Kueue), the e2e
 ## scenarios on real Kueue and, at the same time (their output kept apart), on the emulated Kueue
-## v0.20 and then the real outage test, the differential comparison of the sandbox's and real
+## v0.20 and then tests/real, the differential comparison of the sandbox's and real
 ## Kueue's traces (any difference beyond tests/differential/accepted.toml fails the run), then
 ## the dependency audit.
 test: lint typecheck imports unit
-	$(MAKE) --no-print-directory -j2 --output-sync=target e2e-real e2e-v020 outage-real
+	$(MAKE) --no-print-directory -j2 --output-sync=target e2e-real e2e-v020 real
 	$(MAKE) --no-print-directory differential
 	$(MAKE) --no-print-directory audit
 
