@@ -8,11 +8,19 @@ Two modes: *steady* (every decision sees the same snapshots, as between cluster 
 *burst* (each nomination is recorded as in-flight on a new snapshot before the next decision, as
 the controller does while a burst arrives; the baseline pays the same snapshot updates).
 
+``--paced MS`` adds a third table: the same steady decisions, each call's CPU time, back to
+back and then each after MS milliseconds of the process sleeping (as the controller idles between
+events at 25 nominations/s: 40 ms), alternated round by round. It shows what an idle gap costs
+the same code on this machine (cold caches and branch predictors, a CPU woken from idle), the
+fixed per-wake-up cost that separates the light-load figures of ``dispatch_latency.py`` from
+its burst figures.
+
 Each cluster has a two-flavor ClusterQueue (A100 and H100, CPU + memory + GPU), a reservation,
 ``--in-flight`` in-flight workloads and a few pending ones; requests ask for 1–4 GPUs, some with
 a required or preferred GPU type. Plugins are not loaded (built-ins only).
 
     .venv/bin/python benchmarks/decision_cost.py [--clusters 20 100] [--workloads 200] [--json F]
+    .venv/bin/python benchmarks/decision_cost.py --clusters 20 --paced 40
 """
 
 from __future__ import annotations
@@ -111,6 +119,52 @@ def one_round(
     return (time.perf_counter() - start) / len(reqs)
 
 
+def timed_calls(
+    host: PluginHost,
+    pipeline: Pipeline,
+    snapshots: Sequence[ClusterSnapshot],
+    reqs: Sequence[DispatchRequest],
+    gap: float,
+) -> float:
+    """Mean CPU seconds (the thread's, as the dispatcher's figures count its process's CPU) per
+    steady decision, each call timed alone; with ``gap`` > 0 the process sleeps that long
+    before each call (outside the timed part)."""
+    current: Sequence[ClusterSnapshot] = [dataclasses.replace(s) for s in snapshots]
+    total = 0.0
+    for request in reqs:
+        if gap:
+            time.sleep(gap)
+        start = time.thread_time()
+        host.decide(pipeline, request, current)
+        total += time.thread_time() - start
+    return total / len(reqs)
+
+
+def measure_paced(
+    snapshots: Sequence[ClusterSnapshot],
+    reqs: Sequence[DispatchRequest],
+    rounds: int,
+    gap: float,
+    labels: Sequence[str],
+) -> dict[str, tuple[float, float]]:
+    """Median seconds per decision back to back and after ``gap`` of sleep, per pipeline;
+    the two ways alternate round by round so that a change in machine load affects both."""
+    host = make_host()
+    pipelines = {label: host.pipeline(PIPELINES[label]) for label in labels}
+    for pipeline in pipelines.values():  # warm-up
+        timed_calls(host, pipeline, snapshots, reqs[:10], 0.0)
+    tight: dict[str, list[float]] = {label: [] for label in pipelines}
+    paced: dict[str, list[float]] = {label: [] for label in pipelines}
+    for _ in range(rounds):
+        for label, pipeline in pipelines.items():
+            tight[label].append(timed_calls(host, pipeline, snapshots, reqs, 0.0))
+            paced[label].append(timed_calls(host, pipeline, snapshots, reqs, gap))
+    return {
+        label: (statistics.median(tight[label]), statistics.median(paced[label]))
+        for label in pipelines
+    }
+
+
 def measure_all(
     snapshots: Sequence[ClusterSnapshot], reqs: Sequence[DispatchRequest], rounds: int, burst: bool
 ) -> dict[str, float]:
@@ -135,6 +189,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--in-flight", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", metavar="FILE")
+    parser.add_argument(
+        "--paced",
+        type=float,
+        metavar="MS",
+        help="also time steady decisions each after MS ms of idle sleep, against back to back",
+    )
     args = parser.parse_args(argv)
 
     reqs = requests(args.workloads)
@@ -170,9 +230,42 @@ def main(argv: Sequence[str] | None = None) -> None:
                         "ratio_to_baseline": ratio,
                     }
                 )
+    paced_results: list[dict[str, object]] = []
+    if args.paced:
+        gap = args.paced / 1000
+        labels = (BASELINE, "default (gpu-type-affinity + capacity-first)")
+        print(
+            f"\nsteady decisions, each call's CPU time, back to back and each after "
+            f"{args.paced:g} ms of idle sleep (median of {args.rounds} alternated rounds)"
+        )
+        print(
+            f"{'clusters':>8}  {'algorithm':<46} {'CPU µs back to back':>20} "
+            f"{'CPU µs after idle':>18} {'idle ×':>7}"
+        )
+        for count in args.clusters:
+            snapshots = fleet(count, args.in_flight)
+            for label, (tight, paced) in measure_paced(
+                snapshots, reqs, args.rounds, gap, labels
+            ).items():
+                print(
+                    f"{count:>8}  {label:<46} {tight * 1e6:>20.1f} {paced * 1e6:>18.1f} "
+                    f"{paced / tight:>6.2f}×"
+                )
+                paced_results.append(
+                    {
+                        "clusters": count,
+                        "algorithm": label,
+                        "gap_ms": args.paced,
+                        "seconds_back_to_back": tight,
+                        "seconds_after_idle": paced,
+                        "ratio": paced / tight,
+                    }
+                )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump({"baseline": BASELINE, "results": results}, fh, indent=2)
+            json.dump(
+                {"baseline": BASELINE, "results": results, "paced": paced_results}, fh, indent=2
+            )
 
 
 if __name__ == "__main__":
