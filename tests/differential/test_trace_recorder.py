@@ -209,6 +209,45 @@ def test_a_finished_job_with_a_copy_left_is_unsettled(
     assert feed.recorder.unsettled(since) == expected
 
 
+@pytest.mark.parametrize(
+    ("copy_seen", "expected"),
+    [
+        pytest.param("created-only", ["j"], id="worker-watch-behind-the-manager"),
+        pytest.param("admitted", [], id="copy-admitted-seen"),
+        pytest.param("deleted", [], id="copy-gone"),
+    ],
+)
+def test_a_cluster_name_before_its_copy_shows_admitted_is_unsettled(
+    copy_seen: str, expected: list[str]
+) -> None:
+    # Real Kueue under load (the CI at bd762d9): the manager's clusterName reached this
+    # recorder before the worker's Admitted on the copy, and the teardown cut the copy's
+    # conditions off on one backend only.
+    feed = Feed()
+    since = feed.recorder.mark()
+    feed.at(0.0, "manager", "jobs", job())
+    quota = {"QuotaReserved": ("True", "QuotaReserved")}
+    feed.at(0.2, "manager", "workloads", workload("2", conditions=quota, check="Pending"))
+    feed.at(0.6, "worker2", "workloads", workload("w1", uid="copy-1", copy=True))
+    admitted = quota | {"Admitted": ("True", "Admitted")}
+    feed.at(
+        0.9,
+        "manager",
+        "workloads",
+        workload("4", conditions=admitted, check="Ready", cluster="worker2"),
+    )
+    if copy_seen == "admitted":
+        feed.at(
+            1.0,
+            "worker2",
+            "workloads",
+            workload("w2", uid="copy-1", copy=True, conditions=admitted),
+        )
+    elif copy_seen == "deleted":
+        feed.at(1.0, "worker2", "workloads", workload("w1", uid="copy-1", copy=True), deleted=True)
+    assert feed.recorder.unsettled(since) == expected
+
+
 def test_jobs_seen_before_the_mark_are_left_out() -> None:
     feed = Feed()
     admitted_run(feed)

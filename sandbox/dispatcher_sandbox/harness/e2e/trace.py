@@ -375,11 +375,15 @@ class TraceRecorder:
         await waiter.wait()
 
     def unsettled(self, since: float) -> list[str]:
-        """The Jobs first seen after ``since`` whose run has not come to rest: the Job's traced
-        Workload is finished (or deleted) on the manager and a remote copy of it is still there.
-        Kueue removes such a copy in its next reconcile (C24, C41), which the worker clients'
-        rate limit (C10) can put seconds after the last watch event; a trace cut before that
-        records a leftover copy that neither backend keeps."""
+        """The Jobs first seen after ``since`` whose run has not come to rest, in either of two
+        ways. The Job's traced Workload is finished (or deleted) on the manager and a remote
+        copy of it is still there: Kueue removes such a copy in its next reconcile (C24, C41),
+        which the worker clients' rate limit (C10) can put seconds after the last watch event,
+        and a trace cut before that records a leftover copy that neither backend keeps. Or the
+        manager Workload names its ``clusterName`` while the copy recorded there has not shown
+        ``Admitted``: Kueue sets clusterName only after reading the copy admitted (C36), so
+        this recorder's watch of that worker is behind the manager's, and a trace cut then
+        records a copy that never held quota."""
         out = []
         for job in self.jobs.values():
             if job.first_seen < since or job.ended:
@@ -390,8 +394,18 @@ class TraceRecorder:
             done = workload.gone_at is not None or (
                 _conditions(workload.last).get("Finished", ("",))[0] == "True"
             )
-            if done and any(
-                c.gone_at is None and self._manager_of(c) is workload for c in self.copies.values()
+            copies = [
+                (worker, c)
+                for (worker, _), c in self.copies.items()
+                if c.gone_at is None and self._manager_of(c) is workload
+            ]
+            if done and copies:
+                out.append(job.name)
+                continue
+            cluster = (workload.last.get("status") or {}).get("clusterName")
+            if workload.gone_at is None and any(
+                worker == cluster and _conditions(c.last).get("Admitted", ("",))[0] != "True"
+                for worker, c in copies
             ):
                 out.append(job.name)
         return sorted(out)
