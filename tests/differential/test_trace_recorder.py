@@ -86,8 +86,9 @@ class Feed:
         self.recorder.observe(cluster, key, {}, items)
 
 
-def admitted_run(feed: Feed, copy_gone: str = "deleted") -> None:
-    """A Job nominated to worker2, copied there, admitted; the copy then goes away."""
+def admitted_run(feed: Feed, copy_gone: str = "deleted", copy_admitted: bool = True) -> None:
+    """A Job nominated to worker2, copied there, admitted; the copy then goes away. Without
+    ``copy_admitted`` the copy's admission is not seen (the worker's watch is behind)."""
     feed.at(0.0, "manager", "jobs", job())
     feed.at(0.1, "manager", "workloads", workload("1"))
     quota = {"QuotaReserved": ("True", "QuotaReserved")}
@@ -100,9 +101,13 @@ def admitted_run(feed: Feed, copy_gone: str = "deleted") -> None:
     )
     feed.at(0.6, "worker2", "workloads", workload("w1", uid="copy-1", copy=True))
     admitted = quota | {"Admitted": ("True", "Admitted")}
-    feed.at(
-        0.7, "worker2", "workloads", workload("w2", uid="copy-1", copy=True, conditions=admitted)
-    )
+    if copy_admitted:
+        feed.at(
+            0.7,
+            "worker2",
+            "workloads",
+            workload("w2", uid="copy-1", copy=True, conditions=admitted),
+        )
     feed.at(
         0.9,
         "manager",
@@ -225,18 +230,9 @@ def test_a_cluster_name_before_its_copy_shows_admitted_is_unsettled(
     # conditions off on one backend only.
     feed = Feed()
     since = feed.recorder.mark()
-    feed.at(0.0, "manager", "jobs", job())
-    quota = {"QuotaReserved": ("True", "QuotaReserved")}
-    feed.at(0.2, "manager", "workloads", workload("2", conditions=quota, check="Pending"))
-    feed.at(0.6, "worker2", "workloads", workload("w1", uid="copy-1", copy=True))
-    admitted = quota | {"Admitted": ("True", "Admitted")}
-    feed.at(
-        0.9,
-        "manager",
-        "workloads",
-        workload("4", conditions=admitted, check="Ready", cluster="worker2"),
-    )
+    admitted_run(feed, "stays", copy_admitted=False)
     if copy_seen == "admitted":
+        admitted = {"QuotaReserved": ("True", "QuotaReserved"), "Admitted": ("True", "Admitted")}
         feed.at(
             1.0,
             "worker2",
