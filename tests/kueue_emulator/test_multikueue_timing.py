@@ -244,7 +244,10 @@ async def test_c20_admission_check_changes_queue_no_workload() -> None:
     watch AdmissionChecks)."""
     async with start_env(workers=("worker1",)) as env:
         await env.create_workload("wl")
-        await env.reserve_quota("wl")
+        reserved = await env.reserve_quota("wl")
+        # The reservation's watch event must have reached the controller before settle() can
+        # tell it is idle: under load it came after, and its reconcile was counted below.
+        await env.seen("wl", reserved["metadata"]["resourceVersion"])
         await env.settle()
         workloads = env.controllers.workloads
         passes = workloads.reconciles
