@@ -30,7 +30,7 @@ import dataclasses
 import json
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from dispatcher.algorithms import ClusterSnapshot, DispatchRequest, Pipeline, queued_workload
 from dispatcher.plugins import PluginHost
@@ -140,6 +140,30 @@ def timed_calls(
     return total / len(reqs)
 
 
+def interleaved_medians(
+    pipelines: Mapping[str, Pipeline],
+    rounds: int,
+    samplers: Mapping[str, Callable[[Pipeline], float]],
+    warm_up: Callable[[Pipeline], object],
+) -> dict[str, dict[str, float]]:
+    """Median of each sampler's figure per pipeline, sampler → label → seconds. Rounds are
+    interleaved across pipelines and samplers so that a change in machine load affects all of
+    them alike; every pipeline is warmed up first."""
+    for pipeline in pipelines.values():
+        warm_up(pipeline)
+    samples: dict[str, dict[str, list[float]]] = {
+        name: {label: [] for label in pipelines} for name in samplers
+    }
+    for _ in range(rounds):
+        for label, pipeline in pipelines.items():
+            for name, sample in samplers.items():
+                samples[name][label].append(sample(pipeline))
+    return {
+        name: {label: statistics.median(values) for label, values in by_label.items()}
+        for name, by_label in samples.items()
+    }
+
+
 def measure_paced(
     snapshots: Sequence[ClusterSnapshot],
     reqs: Sequence[DispatchRequest],
@@ -148,37 +172,31 @@ def measure_paced(
     labels: Sequence[str],
 ) -> dict[str, tuple[float, float]]:
     """Median seconds per decision back to back and after ``gap`` of sleep, per pipeline;
-    the two ways alternate round by round so that a change in machine load affects both."""
+    the two ways alternate round by round."""
     host = make_host()
-    pipelines = {label: host.pipeline(PIPELINES[label]) for label in labels}
-    for pipeline in pipelines.values():  # warm-up
-        timed_calls(host, pipeline, snapshots, reqs[:10], 0.0)
-    tight: dict[str, list[float]] = {label: [] for label in pipelines}
-    paced: dict[str, list[float]] = {label: [] for label in pipelines}
-    for _ in range(rounds):
-        for label, pipeline in pipelines.items():
-            tight[label].append(timed_calls(host, pipeline, snapshots, reqs, 0.0))
-            paced[label].append(timed_calls(host, pipeline, snapshots, reqs, gap))
-    return {
-        label: (statistics.median(tight[label]), statistics.median(paced[label]))
-        for label in pipelines
-    }
+    medians = interleaved_medians(
+        {label: host.pipeline(PIPELINES[label]) for label in labels},
+        rounds,
+        {
+            "tight": lambda p: timed_calls(host, p, snapshots, reqs, 0.0),
+            "paced": lambda p: timed_calls(host, p, snapshots, reqs, gap),
+        },
+        lambda p: timed_calls(host, p, snapshots, reqs[:10], 0.0),
+    )
+    return {label: (medians["tight"][label], medians["paced"][label]) for label in labels}
 
 
 def measure_all(
     snapshots: Sequence[ClusterSnapshot], reqs: Sequence[DispatchRequest], rounds: int, burst: bool
 ) -> dict[str, float]:
-    """Median seconds per decision for every pipeline; rounds are interleaved across pipelines
-    so that a change in machine load affects all of them alike."""
+    """Median seconds per decision for every pipeline, interleaved (:func:`interleaved_medians`)."""
     host = make_host()
-    pipelines = {label: host.pipeline(names) for label, names in PIPELINES.items()}
-    for pipeline in pipelines.values():  # warm-up
-        one_round(host, pipeline, snapshots, reqs[:10], burst)
-    samples: dict[str, list[float]] = {label: [] for label in pipelines}
-    for _ in range(rounds):
-        for label, pipeline in pipelines.items():
-            samples[label].append(one_round(host, pipeline, snapshots, reqs, burst))
-    return {label: statistics.median(values) for label, values in samples.items()}
+    return interleaved_medians(
+        {label: host.pipeline(names) for label, names in PIPELINES.items()},
+        rounds,
+        {"mean": lambda p: one_round(host, p, snapshots, reqs, burst)},
+        lambda p: one_round(host, p, snapshots, reqs[:10], burst),
+    )["mean"]
 
 
 def main(argv: Sequence[str] | None = None) -> None:
