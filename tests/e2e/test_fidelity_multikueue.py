@@ -373,14 +373,17 @@ async def without_dispatcher(backend: FidelityBackend) -> AsyncIterator[None]:
         await backend.start_dispatcher()
 
 
+def reserved_pending(found: Obj | None) -> bool:
+    """The manager Workload holds quota with the MultiKueue check Pending."""
+    return is_true(found, "QuotaReserved") and check_of(found).get("state") == "Pending"
+
+
 async def reserved(backend: FidelityBackend, line: WorkloadLine) -> str:
     """Submit the Job; wait until its manager Workload holds quota with the check Pending;
     returns the Workload's name."""
     await backend.submit(line)
     found = await backend.wait_workload(
-        line.name,
-        lambda w: is_true(w, "QuotaReserved") and check_of(w).get("state") == "Pending",
-        "quota reserved on the manager, check Pending",
+        line.name, reserved_pending, "quota reserved on the manager, check Pending"
     )
     return str(found["metadata"]["name"])
 
@@ -603,7 +606,10 @@ async def test_item4_c29_lost_worker_is_waited_for_from_the_loss(backend: Fideli
             # (C24), and the Workload reserves quota again, waiting for a nomination. The
             # scenario (and its trace: ``reset`` ends it) stops there on every backend.
             await backend.wait_for(
-                lambda: not backend.copies("fid4-lost") and waiting_for_nomination(backend),
+                lambda: (
+                    not backend.copies("fid4-lost")
+                    and waiting_for_nomination(backend.workload("fid4-lost"))
+                ),
                 "worker1's copy removed, the Workload holding quota again with the check Pending",
                 backend.timeouts.long,
             )
@@ -613,13 +619,10 @@ async def test_item4_c29_lost_worker_is_waited_for_from_the_loss(backend: Fideli
     assert retried_at - ready_at >= timeout * 1.5 - 1.0
 
 
-def waiting_for_nomination(backend: FidelityBackend, job_name: str = "fid4-lost") -> bool:
-    """The Job's manager Workload holds quota, its check Pending, with no nomination."""
-    found = backend.workload(job_name)
-    return (
-        is_true(found, "QuotaReserved")
-        and check_of(found).get("state") == "Pending"
-        and not ((found or {}).get("status") or {}).get("nominatedClusterNames")
+def waiting_for_nomination(found: Obj | None) -> bool:
+    """The manager Workload holds quota, its check Pending, with no nomination."""
+    return reserved_pending(found) and not ((found or {}).get("status") or {}).get(
+        "nominatedClusterNames"
     )
 
 
