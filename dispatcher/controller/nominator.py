@@ -608,9 +608,18 @@ class Nominator:
         ``clusterName`` to it, which its webhook allows only when that cluster is in the
         nomination (C18). Moving the nomination away from such a cluster would leave the
         workload unadmittable, so the dispatcher keeps it (or puts it back).
+
+        A copy being evicted (``Evicted`` True: the worker preempted it and is releasing its
+        quota, which real Kueue shows for a second or more while the Job's pods stop) holds
+        nothing: the worker's next write clears both conditions, while the manager may already
+        have reset the Workload and reserved it again (C26, C38). Putting that worker back then
+        would keep the old copy, to be admitted there again behind the manager's back; it is a
+        leftover instead (:meth:`_leftover`; seen on real Kueue v0.19.2 in the seeded mix, C92).
         """
         best: tuple[int, float, int, str] | None = None
         for candidate, copy in self._copies(candidates, namespace, name):
+            if condition_status(copy, "Evicted") == "True":
+                continue
             for rank, kind in enumerate(("Admitted", "QuotaReserved")):
                 if condition_status(copy, kind) == "True":
                     since = _transition_time(copy, kind) or 0.0

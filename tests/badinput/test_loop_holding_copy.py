@@ -124,3 +124,39 @@ async def test_same_named_workload_without_our_origin_is_not_a_copy(origin: str 
         assert env.nominated("job") == ("w2",)
         messages = [e["message"] for e in await env.events("job") if e["reason"] == "Nominated"]
         assert not any("its copy already holds quota" in m for m in messages)
+
+
+async def test_copy_being_evicted_holds_nothing_and_is_waited_for_as_a_leftover() -> None:
+    """C92: a copy its worker preempted shows ``Evicted`` True while ``QuotaReserved`` and
+    ``Admitted`` are still True (the worker releases the quota once the Job's pods stopped), and
+    the manager may hold quota again by then. That copy does not pull the nomination to its
+    worker (C28's holder rule): the loop writes no nomination and says it waits for the copy's
+    removal (C32); once Kueue removed it, the decision nominates as usual."""
+    async with schema_less_dispatcher(first_active, workers=("w1", "w2")) as env:
+        async with await KubeApi.from_kubeconfig(env.workers["w1"].kubeconfig, name="w1") as w1:
+            await w1.create(WORKLOADS, kueue_copy("job"), "default")
+            await w1.request(
+                "PATCH",
+                WORKLOADS.path("default", "job") + "/status",
+                body={
+                    "status": {
+                        "conditions": [
+                            condition("QuotaReserved"),
+                            condition("Admitted"),
+                            condition("Evicted"),
+                        ]
+                    }
+                },
+                content_type=MERGE,
+            )
+            mirror = env.registry.workers["w1"].mirror
+            assert mirror is not None
+            await env.wait(lambda: mirror.cache("workloads").get("job", "default") is not None)
+            await env.add_workload(workload("job", [pod_set({"cpu": "1"})]))
+            await env.wait(lambda: any(r == "WaitingForCopyRemoval" for r, _ in env.recorded))
+            assert env.nominated("job") == ()
+            [(_, message)] = [(r, m) for r, m in env.recorded if r == "WaitingForCopyRemoval"]
+            assert "still on w1" in message
+            await w1.request("DELETE", WORKLOADS.path("default", "job"))
+        await env.wait(lambda: env.nominated("job") == ("w1",))
+        assert env.nominations() == {("w1", "first-active"): 1.0}

@@ -17,7 +17,9 @@ B. once both low-priority A100 Jobs are admitted on worker1 (its two GPUs): a hi
    high-priority copy reached worker1 up to 9 s after its submission (Kueue's MultiKueue
    reconciler works one Workload at a time), and under the load of CI the low-priority Jobs,
    at 16-20 s, finished before it came (stop 23). The high-priority A100 Job is held too, until
-   the manager has replaced both preempted copies (the old copy deleted on worker1, C24): had it
+   the manager has replaced both preempted copies (the old copy deleted on worker1, C24, or, when
+   the manager reserved the Workload again before that, C32 once the dispatcher waited for it
+   as a leftover, C92; CI at bdb85ab caught the dispatcher nominating worker1 again there): had it
    finished first, worker1's Kueue would admit the preempted copy again before the manager
    reset it, and that Job would finish without ``clusterName`` (:func:`reused_copy`) on one
    backend and not on the other (seen in CI at 853dd0a, the sandbox under the load of the unit
@@ -242,7 +244,8 @@ def preempted_on_worker1(traces: dict[str, list[dict[str, Any]]]) -> list[str]:
 
 def replaced_on_worker1(traces: dict[str, list[dict[str, Any]]]) -> list[str]:
     """The low-priority A100 Jobs whose first copy on worker1 is gone (removed by the manager
-    after its reset, C24): that copy can no longer be admitted there again."""
+    after its reset, C24, or as a leftover, C92): that copy can no longer be admitted there
+    again."""
     return [
         name
         for name in LOW_A100
@@ -396,8 +399,9 @@ async def test_seeded_mix_ends_admitted_with_cluster_name_everywhere(backend: Ba
         long,
     )
     # Both GPUs are the high-priority Job's now, and it finishes only once the manager has reset
-    # both preempted Jobs and removed their copies (C24): neither copy can then be admitted again
-    # behind the manager's back (see the module docstring). They run again after it, and finish.
+    # both preempted Jobs and removed their copies (C24, C92): neither copy can then be admitted
+    # again behind the manager's back (see the module docstring). They run again after it, and
+    # finish.
     await backend.wait_for(
         lambda: set(replaced_on_worker1(recorder.export(since)["jobs"])) == set(LOW_A100) or None,
         "both preempted low-priority copies removed from worker1",
