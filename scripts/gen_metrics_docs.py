@@ -64,7 +64,8 @@ happens:
 {kinds}
 
 Rejection reasons (`reason` of `multikueue_dispatcher_filtered_clusters_total`): a fixed set of
-codes, so the series has at most (filters in the pipeline + 2: `active` and `same-name`) x
+codes, so the series has at most (filters in the pipeline + 4: the pipeline's own `active`,
+`same-name`, `copy-lost` and `hints`) x
 {len(REJECTION_REASONS)} label sets per replica role; a filter's own text (which names clusters,
 queues and quantities) goes to the verdicts, the Events and `explain`, never to a label.
 {reasons}

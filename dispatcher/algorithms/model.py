@@ -71,6 +71,13 @@ class DispatchRequest:
     name is there and is not a copy of ours, with what holds the name (the same-name guard; the
     controller fills it from its mirrors). Every pipeline drops them, as it drops inactive
     clusters."""
+    copy_lost: Mapping[str, str] = field(default_factory=frozen_map)
+    """Candidate clusters where this workload's admitted copy vanished a short while ago
+    (Kueue's check went ``Retry``, "Admitting remote no longer exists"), with why they are left
+    out: a worker whose Kueue had not seen its old Job deleted yet adopts a new copy into it,
+    and the garbage collector deletes that copy again (contract C91). The controller fills it
+    for ``lost_copy_cooldown_seconds`` from the loss; every pipeline drops them, as it drops
+    inactive clusters."""
     max_execution_seconds: int | None = None
     """``spec.maximumExecutionTimeSeconds`` of the Workload (from the Job's
     ``kueue.x-k8s.io/max-exec-time-seconds`` label), if set: how long its copy may run."""
@@ -187,6 +194,7 @@ class RejectionReason(StrEnum):
     NO_GPU_TYPES = "no_gpu_types"
     GPU_TYPE_MISMATCH = "gpu_type_mismatch"
     NAME_TAKEN = "name_taken"
+    COPY_LOST = "copy_lost"
     PLACEMENT_HINT = "placement_hint"
     TAINTED = "tainted"
     RESTRICTED = "restricted"
@@ -207,6 +215,10 @@ REJECTION_REASONS: Mapping[RejectionReason, str] = {
     RejectionReason.NAME_TAKEN: "a Workload or Job of the workload's name is on the cluster and "
     "is not a copy of ours: Kueue would never run it there (the pipeline's own 'same-name' "
     "guard)",
+    RejectionReason.COPY_LOST: "the workload's admitted copy there vanished a short while ago "
+    "(Kueue: 'Admitting remote no longer exists'); left out for lost_copy_cooldown_seconds, as a "
+    "worker whose Kueue has not seen its old Job deleted would lose the next copy too (the "
+    "pipeline's own 'copy-lost' guard)",
     RejectionReason.PLACEMENT_HINT: "ruled out by one of the workload's placement hints (cluster "
     "names, cluster selector, required cluster affinity; the pipeline's own 'hints' stage)",
     RejectionReason.TAINTED: "the MultiKueueCluster has a NoSchedule or NoExecute taint the "

@@ -16,10 +16,11 @@ exception: when it fails, the decision is withheld (:attr:`Decision.withheld`), 
 filter that enforces a hard rule could nominate a forbidden cluster. The pipeline always drops
 inactive clusters first (stage ``active``), then the clusters where a Workload or Job of the
 workload's name is not a copy of ours (stage ``same-name``, from
-:attr:`DispatchRequest.name_taken`), then the clusters the workload's placement hints rule out
-or whose taints it does not tolerate (stage ``hints``); it ranks by the preferred hints in the
-preference tier (score component ``hints``), and never nominates more than
-:data:`MAX_NOMINATED_CLUSTERS`.
+:attr:`DispatchRequest.name_taken`), then the clusters where its admitted copy vanished a short
+while ago (stage ``copy-lost``, from :attr:`DispatchRequest.copy_lost`), then the clusters the
+workload's placement hints rule out or whose taints it does not tolerate (stage ``hints``); it
+ranks by the preferred hints in the preference tier (score component ``hints``), and never
+nominates more than :data:`MAX_NOMINATED_CLUSTERS`.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from dispatcher.kueue.hints import CLUSTER_TOLERATIONS, tolerated
 from dispatcher.kueue.objects import ClusterQueueView, FlavorResource, PodSetView, frozen_map
 
 __all__ = [
+    "COPY_LOST_STAGE",
     "DISRUPTION_SCORER",
     "HINTS_STAGE",
     "PREDICTED_START_SCORER",
@@ -109,6 +111,9 @@ BUILTIN_SOURCE = "builtin"
 SAME_NAME_STAGE = "same-name"
 """The stage name in verdicts of the pipeline's own same-name guard (no algorithm can lose it:
 Kueue would never run the workload on such a cluster)."""
+COPY_LOST_STAGE = "copy-lost"
+"""The stage name in verdicts of the pipeline's own guard against a worker that just lost this
+workload's admitted copy (contract C91)."""
 HINTS_STAGE = "hints"
 """The stage name, in verdicts and score components, of the pipeline's own placement hints
 (:mod:`dispatcher.kueue.hints`): the workload's required hints and the clusters' taints drop
@@ -803,6 +808,10 @@ class Pipeline:
                 dropped_by[snap.name] = SAME_NAME_STAGE
                 codes[snap.name] = RejectionReason.NAME_TAKEN
                 ctx.dropped[snap.name] = request.name_taken[snap.name]
+            elif snap.name in request.copy_lost:
+                dropped_by[snap.name] = COPY_LOST_STAGE
+                codes[snap.name] = RejectionReason.COPY_LOST
+                ctx.dropped[snap.name] = request.copy_lost[snap.name]
             elif (hinted or snap.taints or snap.taints_error) and (
                 ruled_out := hint_rejection(request, snap)
             ) is not None:

@@ -39,6 +39,12 @@ class ControllerConfig:
     leftover_wait_seconds: float = 15.0
     """How long a workload without a nomination waits for Kueue to remove a copy left on a
     worker by an earlier attempt before it is nominated anyway (see ``Nominator._leftover``)."""
+    lost_copy_cooldown_seconds: float = 60.0
+    """How long a worker where a workload's admitted copy vanished (Kueue sets its check
+    ``Retry``, "Admitting remote no longer exists") is left out of that workload's decisions
+    (stage ``copy-lost``; 0 turns it off). A worker back from an outage may delete every new
+    copy until its Kueue has seen the old Job deleted, which client-go's watch backoff can put
+    off for up to a minute (contract C91)."""
     sync_grace_seconds: float = 10.0
     """After a start, how long decisions wait for every candidate worker's first connection
     attempt to have an outcome (synced, failed or unusable)."""

@@ -48,7 +48,7 @@ from dispatcher.algorithms.model import (
     RejectionReason,
 )
 from dispatcher.algorithms.stages import DISRUPTION_SCORER, HINTS_STAGE, PREDICTED_START_SCORER
-from dispatcher.clusters.registry import Candidate, ClusterRegistry
+from dispatcher.clusters.registry import MANAGER, Candidate, ClusterRegistry
 from dispatcher.controller.config import ControllerConfig
 from dispatcher.controller.events import EventRecorder
 from dispatcher.controller.inflight import InFlight
@@ -83,9 +83,14 @@ from dispatcher.controller.workqueue import WorkQueue
 from dispatcher.controller.writer import ECHO_TTL_SECONDS, NominationWriter
 from dispatcher.k8s.errors import ApiError, ApiUnreachable
 from dispatcher.k8s.ratelimit import TokenBucket
-from dispatcher.k8s.watching import WatchItem, key_text
+from dispatcher.k8s.watching import ObjectEvent, WatchItem, key_text
 from dispatcher.kueue.admission import admission_usage, format_resource_quantity
-from dispatcher.kueue.eligibility import eligibility, multikueue_check_state
+from dispatcher.kueue.eligibility import (
+    ADMITTING_REMOTE_GONE,
+    copy_lost_on,
+    eligibility,
+    multikueue_check_state,
+)
 from dispatcher.kueue.gputypes import GpuTypeCheck, check_gpu_type, cluster_gpu_types
 from dispatcher.kueue.objects import InvalidField, frozen_map
 from dispatcher.telemetry.metrics import ConnectionState, Metrics
@@ -282,8 +287,63 @@ class Nominator:
         """Registry callback: turn a change into the workload keys it may affect
         (:mod:`dispatcher.controller.triggers`)."""
         self.triggers.on_change(cluster, resource, item)
+        if (
+            cluster == MANAGER
+            and resource == "workloads"
+            and isinstance(item, ObjectEvent)
+            and item.type != "DELETED"
+        ):
+            self._note_copy_lost(item.object)
         if resource == "connection" and cluster not in self.registry.workers:
             self._forget_worker(cluster)
+
+    def _note_copy_lost(self, workload: Mapping[str, Any]) -> None:
+        """Remember the worker whose admitted copy of ``workload`` Kueue reports gone (C29's
+        "Admitting remote no longer exists"), for ``lost_copy_cooldown_seconds``: the stage
+        ``copy-lost`` leaves it out of the next decisions (C91). Seen on the manager's watch,
+        between Kueue's ``Retry`` and the eviction that empties ``clusterName``."""
+        cooldown = self.config.lost_copy_cooldown_seconds
+        if cooldown <= 0 or not (workload.get("status") or {}).get("clusterName"):
+            return
+        lost = copy_lost_on(workload, self.registry.multikueue_checks())
+        if lost is None:
+            return
+        key = key_text(workload)
+        record = self.records.setdefault(key, Record())
+        now = self._now()
+        seen = record.copies_lost.get(lost)
+        if seen is not None and now - seen < cooldown:
+            return  # the same loss, seen again in a later event
+        record.copies_lost[lost] = now
+        log.info(
+            "workload %s: its admitted copy on %s is gone (Kueue: %s); %s is left out of its "
+            "decisions for %g s",
+            key,
+            lost,
+            ADMITTING_REMOTE_GONE,
+            lost,
+            cooldown,
+            extra={"workload": key, "cluster": lost},
+        )
+
+    def _copies_lost(self, record: Record, now: float) -> tuple[dict[str, str], float | None]:
+        """The workers the ``copy-lost`` stage leaves out now, with the verdict's text, and in
+        how many seconds the first of them is back (None: none left out). Expired entries are
+        dropped."""
+        cooldown = self.config.lost_copy_cooldown_seconds
+        left_out: dict[str, str] = {}
+        back: float | None = None
+        for cluster, seen in list(record.copies_lost.items()):
+            remaining = seen + cooldown - now
+            if remaining <= 0:
+                del record.copies_lost[cluster]
+                continue
+            left_out[cluster] = (
+                f'its admitted copy there vanished (Kueue: "{ADMITTING_REMOTE_GONE}"); left out '
+                f"for {cooldown:g} s from then (C91)"
+            )
+            back = remaining if back is None else min(back, remaining)
+        return left_out, back
 
     def _copy_backlog(self, cluster: str) -> int:
         """How many of our nominations to ``cluster`` have no copy holding quota there yet:
@@ -503,6 +563,10 @@ class Nominator:
         if await self._wait_for_leftover(key, workload, record, candidates, current, now):
             self.outage.index(key, current)
             return "waiting for a leftover copy to be removed"
+        _, back = self._copies_lost(record, now)
+        if back is not None:
+            # Decided again once the worker that lost its copy may be a candidate again.
+            self.queue.add_after(key, back)
         # Decisions are serialised with their in-flight bookkeeping: a burst must not have two
         # decisions look at the same idle cluster before either is recorded (issue 4). The
         # nomination counts as in flight from the decision on, and is rolled back if the write
@@ -881,6 +945,9 @@ class Nominator:
         taken = self._name_taken(request, workload, candidates)
         if taken:
             request = dataclasses.replace(request, name_taken=frozen_map(taken))
+        lost, _ = self._copies_lost(record, now)
+        if lost:
+            request = dataclasses.replace(request, copy_lost=frozen_map(lost))
         return candidates, request, snapshots
 
     def _name_taken(

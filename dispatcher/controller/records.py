@@ -48,6 +48,10 @@ class Record:
     problem: str = ""
     unconfirmed: Unconfirmed | None = None
     leftover_since: float | None = None
+    copies_lost: dict[str, float] = field(default_factory=dict)
+    """Workers where its admitted copy vanished (Kueue: "Admitting remote no longer exists"),
+    with when the dispatcher saw it (epoch seconds): left out of its decisions for
+    ``lost_copy_cooldown_seconds`` (contract C91)."""
     placement: Placement | None = None
     """The last placement of a quota-holding workload (None when it holds none)."""
     outage_message: str = ""

@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "ADMITTING_REMOTE_GONE",
     "COMPONENT_INDEX_ANNOTATION",
     "MULTIKUEUE_CONTROLLER",
     "Eligibility",
+    "copy_lost_on",
     "eligibility",
     "is_follower_component",
     "multikueue_check_state",
@@ -55,6 +57,32 @@ def multikueue_check_state(
         if isinstance(entry, Mapping) and entry.get("name") in multikueue_checks:
             return str(entry["name"]), str(entry.get("state", ""))
     return None, None
+
+
+ADMITTING_REMOTE_GONE = "Admitting remote no longer exists"
+"""How the message of the ``Retry`` Kueue sets on the MultiKueue check starts when the admitting
+worker is reachable and the admitted copy is gone from it (C29; Kueue appends the state it left,
+``, Previously: "Ready"``)."""
+
+
+def copy_lost_on(workload: Mapping[str, Any], multikueue_checks: Collection[str]) -> str | None:
+    """The worker whose admitted copy of this Workload vanished, while Kueue says so: its
+    MultiKueue check is ``Retry`` with a message that starts with :data:`ADMITTING_REMOTE_GONE`
+    and ``status.clusterName``
+    still names the worker (the eviction that follows empties it, C37). None otherwise."""
+    status = workload.get("status") or {}
+    cluster = status.get("clusterName")
+    if not isinstance(cluster, str) or not cluster:
+        return None
+    for entry in status.get("admissionChecks") or []:
+        if (
+            isinstance(entry, Mapping)
+            and entry.get("state") == "Retry"
+            and str(entry.get("message", "")).startswith(ADMITTING_REMOTE_GONE)
+            and entry.get("name") in multikueue_checks
+        ):
+            return cluster
+    return None
 
 
 def is_follower_component(workload: Mapping[str, Any]) -> bool:

@@ -200,7 +200,8 @@ FILTERED_CLUSTERS = Series(
     ("plugin", "reason"),
     "Candidate clusters a filter dropped, one per cluster per decision: plugin is the filter "
     "('active' for clusters that are not active, 'same-name' for those holding a Workload or "
-    "Job of the workload's name that is not ours, 'hints' for those the workload's placement "
+    "Job of the workload's name that is not ours, 'copy-lost' for those where its admitted "
+    "copy just vanished, 'hints' for those the workload's placement "
     "hints or the cluster's taints rule out, '<plugin>:filter' or '<plugin>:restrict' for "
     "a plugin's), reason a code of a fixed set (docs/metrics.md), never free text. As KEP-8692 "
     "plans kueue_dispatcher_filtered_clusters_total.",

@@ -93,6 +93,14 @@ CASES = [
         "Job default/wl is there",
         id="name-taken",
     ),
+    pytest.param(
+        dataclasses.replace(make_request(cpu=1), copy_lost={"w": "its admitted copy vanished"}),
+        make_cluster("w", cpu=8),
+        "copy-lost",
+        RejectionReason.COPY_LOST,
+        "its admitted copy vanished",
+        id="copy-lost",
+    ),
 ]
 
 
