@@ -17,7 +17,7 @@ export MKD_TRACE_DIR
 DIFFERENTIAL_REPORT ?= build/differential/report.md
 # What runs on real Kueue: the S-scenarios, the seeded mix, the leftover-copy scenario and the
 # fidelity tests.
-E2E_REAL_TESTS := tests/e2e/test_e2e_scenarios.py tests/e2e/test_e2e_mix.py tests/e2e/test_e2e_leftover_copy.py tests/e2e/test_e2e_placement.py tests/e2e/test_e2e_hints.py tests/e2e/test_e2e_disruption.py tests/e2e/test_e2e_predicted_start.py $(sort $(wildcard tests/e2e/test_fidelity_*.py))
+E2E_REAL_TESTS := tests/e2e/test_e2e_scenarios.py tests/e2e/test_e2e_mix.py tests/e2e/test_e2e_leftover_copy.py tests/e2e/test_e2e_copy_lost.py tests/e2e/test_e2e_placement.py tests/e2e/test_e2e_hints.py tests/e2e/test_e2e_disruption.py tests/e2e/test_e2e_predicted_start.py $(sort $(wildcard tests/e2e/test_fidelity_*.py))
 
 .PHONY: sandbox test lint typecheck imports unit unit-e2e unit-scenarios unit-rest real audit venv clean bench real-binaries e2e-real e2e-v020 outage-real differential new-user-mix
 
