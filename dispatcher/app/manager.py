@@ -76,6 +76,7 @@ def controller_config(settings: Settings, host: PluginHost | None = None) -> Con
         resync_seconds=settings.resync_seconds,
         decision_timeout_seconds=settings.decision_timeout_seconds,
         stuck_after_seconds=settings.stuck_after_seconds,
+        lost_copy_cooldown_seconds=settings.lost_copy_cooldown_seconds,
         algorithm="+".join(settings.algorithms),
         origin=settings.multikueue_origin,
         unplaceable_release=settings.unplaceable_release,

@@ -329,6 +329,15 @@ class Settings(BaseSettings):
         "(for up to ten times as long): then it is behind its worker client's backlog, not "
         "refusing the write, and the workload is looked at again later.",
     )
+    lost_copy_cooldown_seconds: float = Field(
+        default=CONTROLLER_DEFAULTS.lost_copy_cooldown_seconds,
+        ge=0,
+        description="How long a worker where a workload's admitted copy vanished (Kueue's "
+        '`Retry` "Admitting remote no longer exists") is left out of that workload\'s '
+        "decisions (stage `copy-lost`, rejection code `copy_lost`): a worker back from an "
+        "outage can delete every new copy until its Kueue has seen the old Job deleted "
+        "(contract C91). 0 turns the guard off.",
+    )
     decision_timeout_seconds: float = Field(
         default=CONTROLLER_DEFAULTS.decision_timeout_seconds,
         gt=0,

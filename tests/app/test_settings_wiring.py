@@ -53,3 +53,10 @@ def test_only_a_builtin_pipeline_decides_on_the_event_loop() -> None:
     assert controller_config(settings, builtin).inline_decisions is True
     assert controller_config(settings, observed).inline_decisions is False
     assert controller_config(settings).inline_decisions is False
+
+
+def test_the_copy_lost_cooldown_reaches_the_nomination_loop() -> None:
+    """C91: the guard's duration is a setting (0 turns it off); the default is the loop's own."""
+    assert controller_config(load_settings({}, None)).lost_copy_cooldown_seconds == 60
+    settings = load_settings({"lost_copy_cooldown_seconds": 0}, None)
+    assert controller_config(settings).lost_copy_cooldown_seconds == 0
