@@ -66,6 +66,15 @@ TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
     asyncio.TimeoutError,
     OSError,
 )
+_CLOSED_UNDER_READ = "Connection closed."
+
+
+def closed_under_read(error: BaseException) -> bool:
+    """Whether ``error`` is aiohttp's bare ``RuntimeError("Connection closed.")``: a response
+    body read after its connection was closed under it (aiohttp >= 3.10.6; seen on a watch
+    stream against real kube-apiserver). A transport failure like the others, though not an
+    :class:`aiohttp.ClientError`; any other ``RuntimeError`` is a bug and is not caught."""
+    return type(error) is RuntimeError and str(error) == _CLOSED_UNDER_READ
 
 
 async def client_from_kubeconfig(
@@ -252,6 +261,10 @@ class KubeApi:
                 raw = await response.read()
             except TRANSPORT_ERRORS:
                 raw = b""
+            except RuntimeError as error:
+                if not closed_under_read(error):
+                    raise
+                raw = b""
             finally:
                 response.release()
             raise ApiError.from_body(response.status, raw, response.headers, response.reason or "")
@@ -279,6 +292,10 @@ class KubeApi:
         try:
             raw = await response.read()
         except TRANSPORT_ERRORS as error:
+            raise translate(error) from error
+        except RuntimeError as error:
+            if not closed_under_read(error):
+                raise
             raise translate(error) from error
         finally:
             response.release()

@@ -45,7 +45,13 @@ import anyio
 from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectSendStream
 
-from dispatcher.k8s.client import TRANSPORT_ERRORS, KubeApi, selector_query, translate
+from dispatcher.k8s.client import (
+    TRANSPORT_ERRORS,
+    KubeApi,
+    closed_under_read,
+    selector_query,
+    translate,
+)
 from dispatcher.k8s.clock import SYSTEM_CLOCK, Clock
 from dispatcher.k8s.errors import ApiError
 from dispatcher.k8s.resources import ResourceRef
@@ -419,6 +425,10 @@ async def _watch_once(
                 state.lines += 1
                 await _handle(line, state, send)
     except TRANSPORT_ERRORS as error:
+        raise translate(error) from error
+    except RuntimeError as error:
+        if not closed_under_read(error):
+            raise
         raise translate(error) from error
     finally:
         response.release()

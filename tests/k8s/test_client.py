@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
+import aiohttp
 import anyio
 import pytest
 import yaml
@@ -85,6 +86,35 @@ async def test_errors_are_translated(cluster: FakeCluster, api: KubeApi) -> None
     with pytest.raises(ApiError) as throttled:
         await api.list(WORKLOADS, NS)
     assert (throttled.value.status, throttled.value.retry_after) == (429, 3.0)
+
+
+@pytest.mark.parametrize(
+    ("message", "raised"),
+    [
+        pytest.param("Connection closed.", ApiUnreachable, id="closed-under-read"),
+        pytest.param("something else", RuntimeError, id="any-other-runtime-error"),
+    ],
+)
+async def test_a_body_read_on_a_closed_connection_is_unreachable(
+    cluster: FakeCluster,
+    api: KubeApi,
+    monkeypatch: pytest.MonkeyPatch,
+    message: str,
+    raised: type[Exception],
+) -> None:
+    """aiohttp's bare ``RuntimeError("Connection closed.")`` (a body read after the connection
+    was closed under it) is a transport failure like a reset connection; any other
+    ``RuntimeError`` is a bug and is not disguised as one."""
+
+    async def closed(self: aiohttp.ClientResponse) -> bytes:
+        raise RuntimeError(message)
+
+    monkeypatch.setattr(aiohttp.ClientResponse, "read", closed)
+    with pytest.raises(raised) as caught:
+        await api.list(WORKLOADS, namespace="default")
+    if raised is ApiUnreachable:
+        assert caught.value.status == 0
+        assert "Connection closed." in str(caught.value)
 
 
 async def test_every_request_is_bounded_by_its_timeout(cluster: FakeCluster, api: KubeApi) -> None:

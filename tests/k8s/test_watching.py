@@ -175,6 +175,52 @@ async def test_survives_dropped_watches(cluster: FakeCluster, api: KubeApi, abru
             assert not failures  # a clean end is a normal re-watch
 
 
+class ClosedUnderRead:
+    """A watch body whose first read finds its connection closed under it: aiohttp (>= 3.10.6)
+    raises a bare ``RuntimeError("Connection closed.")`` then (CI at a44fba7, on real
+    kube-apiserver, in the test world's own client)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.raised = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)  # the rest of aiohttp's StreamReader, as it is
+
+    async def readany(self) -> bytes:
+        if not self.raised:
+            self.raised = True
+            raise RuntimeError("Connection closed.")
+        data: bytes = await self.inner.readany()
+        return data
+
+
+async def test_a_connection_closed_under_a_read_is_a_cut_stream(
+    cluster: FakeCluster, api: KubeApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first watch's body read fails that way: the stream counts as cut (a ``Disconnected``
+    item, retried with backoff from its resourceVersion), not as a crash of the mirror."""
+    opened = api.open
+    bodies: list[ClosedUnderRead] = []
+
+    async def open_once_closed(method: str, path: str, **options: Any) -> Any:
+        response = await opened(method, path, **options)
+        if ("watch", "true") in options.get("query", ()) and not bodies:
+            bodies.append(ClosedUnderRead(response.content))
+            response.content = bodies[0]
+        return response
+
+    monkeypatch.setattr(api, "open", open_once_closed)
+    async with mirrored(api) as (mirror, _):
+        await create(api, "after")
+        await mirror.wait_for(lambda: mirror.has("after"))
+        [body] = bodies
+        assert body.raised
+        [failure] = [i for i in mirror.items if isinstance(i, Disconnected)]
+        assert "Connection closed." in failure.error
+        assert mirror.cache.lists == 1  # resumed from the resourceVersion
+
+
 async def test_relists_on_410(cluster: FakeCluster, api: KubeApi) -> None:
     await create(api, "stays")
     await create(api, "goes")
