@@ -77,6 +77,15 @@ log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 
+
+def closed_under_read(error: BaseException) -> bool:
+    """Whether ``error`` is aiohttp's bare ``RuntimeError("Connection closed.")``, raised for a
+    read after the connection was closed under it (aiohttp >= 3.10.6): a cut stream, to be
+    retried like an :class:`aiohttp.ClientError` (the product's own client has the same rule,
+    ``dispatcher.k8s.client.closed_under_read``)."""
+    return type(error) is RuntimeError and str(error) == "Connection closed."
+
+
 MERGE_PATCH = "application/merge-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
 
@@ -188,7 +197,12 @@ class KubeClient:
             headers=headers,
             timeout=aiohttp.ClientTimeout(total=self._timeout),
         ) as response:
-            raw = await response.read()
+            try:
+                raw = await response.read()
+            except RuntimeError as error:
+                if not closed_under_read(error):
+                    raise
+                raise aiohttp.ClientConnectionError(str(error)) from error
             try:
                 parsed: Any = json.loads(raw) if raw else None
             except ValueError:
@@ -308,7 +322,7 @@ class KubeClient:
             except RuntimeError as error:
                 # aiohttp's bare RuntimeError for a read after the connection was closed under
                 # it (seen on real kube-apiserver, CI at a44fba7): a cut stream, retried.
-                if type(error) is not RuntimeError or str(error) != "Connection closed.":
+                if not closed_under_read(error):
                     raise
                 raise aiohttp.ClientConnectionError(str(error)) from error
 

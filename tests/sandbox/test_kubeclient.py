@@ -90,3 +90,27 @@ async def test_an_informer_survives_a_connection_closed_under_its_watch(
         await until(lambda: informer.get("second") is not None)
         assert informer.get("first") is not None
         group.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize(
+    ("message", "raised"),
+    [
+        pytest.param("Connection closed.", aiohttp.ClientConnectionError, id="closed-under-read"),
+        pytest.param("something else", RuntimeError, id="any-other-runtime-error"),
+    ],
+)
+async def test_a_request_whose_connection_closed_under_its_read_is_a_connection_error(
+    monkeypatch: pytest.MonkeyPatch, message: str, raised: type[Exception]
+) -> None:
+    """The same rule for one request: what the callers already retry, and nothing else."""
+
+    async def closed(self: aiohttp.ClientResponse) -> bytes:
+        raise RuntimeError(message)
+
+    async with (
+        FakeCluster("w1", resources=KUEUE_SHORT_FORMS) as fake,
+        KubeClient(fake.kubeconfig) as kube,
+    ):
+        monkeypatch.setattr(aiohttp.ClientResponse, "read", closed)
+        with pytest.raises(raised, match=message):
+            await kube.request("GET", "/api/v1/namespaces")

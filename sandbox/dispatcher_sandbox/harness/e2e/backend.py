@@ -39,6 +39,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from dispatcher.topology import WorkloadLine, workload_object
 from dispatcher_sandbox.harness.e2e.trace import record, recorder_of
+from dispatcher_sandbox.kube_client import closed_under_read
 
 log = logging.getLogger(__name__)
 
@@ -369,8 +370,18 @@ class ClusterView:
                             else:
                                 self.objects[spec.key][name] = obj
                             self._notify(self.name, spec.key, obj)
-            except (ApiException, aiohttp.ClientError, OSError, TimeoutError, ValueError) as error:
-                # The cluster is away (S8) or the watch expired: keep the last state, retry.
+            except (
+                ApiException,
+                aiohttp.ClientError,
+                OSError,
+                TimeoutError,
+                ValueError,
+                RuntimeError,
+            ) as error:
+                # The cluster is away (S8), the watch expired or its connection was closed
+                # under a read: keep the last state, retry.
+                if isinstance(error, RuntimeError) and not closed_under_read(error):
+                    raise
                 log.debug("%s %s: watch interrupted: %s", self.name, spec.key, error)
                 if not started:
                     raise
