@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import asyncio
 import binascii
+import contextlib
 import importlib.metadata
 import json
 import ssl
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -75,6 +76,21 @@ def closed_under_read(error: BaseException) -> bool:
     stream against real kube-apiserver). A transport failure like the others, though not an
     :class:`aiohttp.ClientError`; any other ``RuntimeError`` is a bug and is not caught."""
     return type(error) is RuntimeError and str(error) == _CLOSED_UNDER_READ
+
+
+@contextlib.contextmanager
+def transport_failures() -> Iterator[None]:
+    """Raise a transport failure under the block (:data:`TRANSPORT_ERRORS`, or a read on a
+    connection closed under it, :func:`closed_under_read`) as its :class:`ApiUnreachable`
+    (:func:`translate`); anything else passes unchanged."""
+    try:
+        yield
+    except TRANSPORT_ERRORS as error:
+        raise translate(error) from error
+    except RuntimeError as error:
+        if not closed_under_read(error):
+            raise
+        raise translate(error) from error
 
 
 async def client_from_kubeconfig(
@@ -258,12 +274,9 @@ class KubeApi:
             raise translate(error) from error
         if not 200 <= response.status <= 299:
             try:
-                raw = await response.read()
-            except TRANSPORT_ERRORS:
-                raw = b""
-            except RuntimeError as error:
-                if not closed_under_read(error):
-                    raise
+                with transport_failures():
+                    raw = await response.read()
+            except ApiUnreachable:
                 raw = b""
             finally:
                 response.release()
@@ -290,13 +303,8 @@ class KubeApi:
             request_timeout=request_timeout,
         )
         try:
-            raw = await response.read()
-        except TRANSPORT_ERRORS as error:
-            raise translate(error) from error
-        except RuntimeError as error:
-            if not closed_under_read(error):
-                raise
-            raise translate(error) from error
+            with transport_failures():
+                raw = await response.read()
         finally:
             response.release()
         try:

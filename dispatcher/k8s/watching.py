@@ -45,13 +45,7 @@ import anyio
 from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectSendStream
 
-from dispatcher.k8s.client import (
-    TRANSPORT_ERRORS,
-    KubeApi,
-    closed_under_read,
-    selector_query,
-    translate,
-)
+from dispatcher.k8s.client import KubeApi, selector_query, transport_failures
 from dispatcher.k8s.clock import SYSTEM_CLOCK, Clock
 from dispatcher.k8s.errors import ApiError
 from dispatcher.k8s.resources import ResourceRef
@@ -407,29 +401,24 @@ async def _watch_once(
     state.quiet = False
     state.opened_at = clock.monotonic()
     try:
-        await send.send(Watching(state.resource_version))
-        buffer = bytearray()
-        while True:
-            with anyio.CancelScope(
-                deadline=anyio.current_time() + inactivity if inactivity else math.inf
-            ) as scope:
-                chunk = await response.content.readany()
-            if scope.cancelled_caught:
-                log.info("watch %s: nothing for %.1fs, watching again", path, inactivity)
-                state.quiet = True
-                return
-            if not chunk:
-                return  # the server ended the stream (timeoutSeconds or shutdown)
-            buffer.extend(chunk)
-            for line in _lines(buffer):
-                state.lines += 1
-                await _handle(line, state, send)
-    except TRANSPORT_ERRORS as error:
-        raise translate(error) from error
-    except RuntimeError as error:
-        if not closed_under_read(error):
-            raise
-        raise translate(error) from error
+        with transport_failures():
+            await send.send(Watching(state.resource_version))
+            buffer = bytearray()
+            while True:
+                with anyio.CancelScope(
+                    deadline=anyio.current_time() + inactivity if inactivity else math.inf
+                ) as scope:
+                    chunk = await response.content.readany()
+                if scope.cancelled_caught:
+                    log.info("watch %s: nothing for %.1fs, watching again", path, inactivity)
+                    state.quiet = True
+                    return
+                if not chunk:
+                    return  # the server ended the stream (timeoutSeconds or shutdown)
+                buffer.extend(chunk)
+                for line in _lines(buffer):
+                    state.lines += 1
+                    await _handle(line, state, send)
     finally:
         response.release()
 

@@ -68,8 +68,8 @@ worker is reachable and the admitted copy is gone from it (C29; Kueue appends th
 def copy_lost_on(workload: Mapping[str, Any], multikueue_checks: Collection[str]) -> str | None:
     """The worker whose admitted copy of this Workload vanished, while Kueue says so: its
     MultiKueue check is ``Retry`` with a message that starts with :data:`ADMITTING_REMOTE_GONE`
-    and ``status.clusterName``
-    still names the worker (the eviction that follows empties it, C37). None otherwise."""
+    and ``status.clusterName`` still names the worker (the eviction that follows empties it,
+    C37). None otherwise."""
     status = workload.get("status") or {}
     cluster = status.get("clusterName")
     if not isinstance(cluster, str) or not cluster:

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import copy
 import json
 import logging
 import ssl
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
 from urllib.parse import urlencode
 
@@ -84,6 +85,19 @@ def closed_under_read(error: BaseException) -> bool:
     retried like an :class:`aiohttp.ClientError` (the product's own client has the same rule,
     ``dispatcher.k8s.client.closed_under_read``)."""
     return type(error) is RuntimeError and str(error) == "Connection closed."
+
+
+@contextlib.contextmanager
+def _closed_as_connection_error() -> Iterator[None]:
+    """Raise a read on a connection closed under it (:func:`closed_under_read`) as the
+    :class:`aiohttp.ClientConnectionError` every caller already retries; anything else passes
+    unchanged."""
+    try:
+        yield
+    except RuntimeError as error:
+        if not closed_under_read(error):
+            raise
+        raise aiohttp.ClientConnectionError(str(error)) from error
 
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -197,12 +211,8 @@ class KubeClient:
             headers=headers,
             timeout=aiohttp.ClientTimeout(total=self._timeout),
         ) as response:
-            try:
+            with _closed_as_connection_error():
                 raw = await response.read()
-            except RuntimeError as error:
-                if not closed_under_read(error):
-                    raise
-                raise aiohttp.ClientConnectionError(str(error)) from error
             try:
                 parsed: Any = json.loads(raw) if raw else None
             except ValueError:
@@ -315,16 +325,12 @@ class KubeClient:
         ) as response:
             if response.status >= 300:
                 raise KubeError(response.status, await response.text(), "WATCH", resource.path())
-            try:
+            # A read on a connection closed under it (seen on real kube-apiserver, CI at
+            # a44fba7) is a cut stream, retried.
+            with _closed_as_connection_error():
                 async for line in response.content:
                     if line.strip():
                         yield json.loads(line)
-            except RuntimeError as error:
-                # aiohttp's bare RuntimeError for a read after the connection was closed under
-                # it (seen on real kube-apiserver, CI at a44fba7): a cut stream, retried.
-                if not closed_under_read(error):
-                    raise
-                raise aiohttp.ClientConnectionError(str(error)) from error
 
 
 class Informer:
