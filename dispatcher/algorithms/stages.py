@@ -529,6 +529,11 @@ class _Holders:
         return [h for h in (*self.base, *placed) if h.key not in self.gone]
 
 
+_Step = tuple[QueuedWorkload, Mapping[FlavorResource, int] | None]
+"""One in-flight workload as the base replay placed it: the quota it took when it simply fit,
+``None`` when it did not (it stayed queued, or claimed victims)."""
+
+
 @dataclass(frozen=True, slots=True)
 class _BaseQuota:
     ceiling: Mapping[FlavorResource, int]
@@ -536,6 +541,9 @@ class _BaseQuota:
     queued_in_flight: int
     holders: _Holders
     """The holders once the in-flight workloads are placed (not to be changed: copy it)."""
+    steps: tuple[_Step, ...] = ()
+    """How each in-flight workload was placed, in ledger order (what a later snapshot of the
+    cluster continues from, :func:`continue_replay`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -545,28 +553,81 @@ class _ReplaySeed:
     available: Mapping[FlavorResource, int]
     queued: int
     holders: _Holders
+    steps: tuple[_Step, ...]
+    """How the seed placed those ``replayed`` workloads."""
+
+
+def _same_spec(a: ClusterQueueView, b: ClusterQueueView) -> bool:
+    """Whether two views of a ClusterQueue place a workload alike given the same free quota
+    (everything but its accounting: quotas, flavors, cohort, policies)."""
+    return a is b or (
+        a.name == b.name
+        and a.resource_groups == b.resource_groups
+        and a.cohort == b.cohort
+        and a.policy == b.policy
+    )
 
 
 def continue_replay(snapshot: ClusterSnapshot, previous: ClusterSnapshot) -> bool:
-    """Let ``snapshot`` start its in-flight replay where ``previous`` ended, when it is the same
-    cluster state with in-flight workloads appended (a burst: each nomination adds one at the
-    end of the cluster's ledger). The replay then costs one flavor assignment per new in-flight
-    workload instead of one per in-flight workload. Whether it was seeded."""
+    """Let ``snapshot`` start its in-flight replay where ``previous`` ended; whether it was
+    seeded. The result is the full replay's, exactly; only the flavor assignments are saved.
+
+    Two cases continue:
+
+    - *appended*: the same cluster state with in-flight workloads appended (a burst: each
+      nomination adds one at the end of the cluster's ledger);
+    - *settled*: the ledger lost workloads at its head (their copies reserved quota on the
+      worker) and may have gained some at its end, and the queue's free quota now is exactly
+      what the previous replay had left once it had placed the lost ones. Every workload kept
+      must have simply fit in the previous replay (none queued, none claiming victims): each is
+      then placed again into the same free quota, in the same order, alike. This is a worker's
+      index changing under a burst: a copy reserves what its nomination counted on, and every
+      other in-flight workload there keeps its place.
+
+    Either way the replay then costs one flavor assignment per appended workload instead of one
+    per in-flight workload."""
     base = previous.derived.get("base-quota")
+    cq = snapshot.cluster_queue
     old, new = previous.in_flight, snapshot.in_flight
     if (
         not isinstance(base, _BaseQuota)
-        or snapshot.cluster_queue != previous.cluster_queue
+        or cq is None
+        or previous.cluster_queue is None
         or snapshot.flavors != previous.flavors
-        or snapshot.cohort_room != previous.cohort_room
-        or (snapshot.holders is not previous.holders and snapshot.holders != previous.holders)
-        or len(new) < len(old)
-        or any(a is not b for a, b in zip(old, new, strict=False))
     ):
         return False
-    snapshot.derived["replay-seed"] = _ReplaySeed(
-        len(old), base.after_in_flight, base.queued_in_flight, base.holders
-    )
+    if (
+        cq == previous.cluster_queue
+        and snapshot.cohort_room == previous.cohort_room
+        and (snapshot.holders is previous.holders or snapshot.holders == previous.holders)
+        and len(new) >= len(old)
+        and all(a is b for a, b in zip(old, new, strict=False))
+    ):
+        snapshot.derived["replay-seed"] = _ReplaySeed(
+            len(old), base.after_in_flight, base.queued_in_flight, base.holders, base.steps
+        )
+        return True
+    if not _same_spec(cq, previous.cluster_queue) or len(base.steps) != len(old):
+        return False
+    # How many workloads left the head of the ledger: the rest must follow in the same order.
+    first = new[0] if new else None
+    dropped = next((i for i, w in enumerate(old) if w is first), len(old))
+    kept = base.steps[dropped:]
+    if len(new) < len(kept) or any(w is not step[0] for w, step in zip(new, kept, strict=False)):
+        return False
+    free_before = dict(base.after_in_flight)
+    for _, usage in kept:
+        if usage is None:
+            return False  # it queued or claimed victims: its place depends on more than quota
+        for key, amount in usage.items():
+            free_before[key] = free_before.get(key, 0) + amount
+    if available_now(cq, snapshot.cohort_room) != free_before:
+        return False
+    holders = _Holders.of(snapshot, cq.name)
+    for workload, usage in kept:
+        assert usage is not None
+        holders.add(workload, usage)
+    snapshot.derived["replay-seed"] = _ReplaySeed(len(kept), base.after_in_flight, 0, holders, kept)
     return True
 
 
@@ -576,19 +637,24 @@ def _base_quota(cluster: ClusterSnapshot, cq: ClusterQueueView) -> _BaseQuota:
     if isinstance(cached, _BaseQuota):
         return cached
     seed = cluster.derived.pop("replay-seed", None)
+    steps: list[_Step] = []
     if isinstance(seed, _ReplaySeed):
         available = dict(seed.available)
         holders = seed.holders.copy()
+        steps.extend(seed.steps)
         queued = seed.queued + _replay(
-            cluster, cq, available, cluster.in_flight[seed.replayed :], None, holders
+            cluster, cq, available, cluster.in_flight[seed.replayed :], None, holders, steps
         )
     else:
-        available, queued, holders = _replay_in_flight(cluster, cq, exclude=None)
+        available = available_now(cq, cluster.cohort_room)
+        holders = _Holders.of(cluster, cq.name)
+        queued = _replay(cluster, cq, available, cluster.in_flight, None, holders, steps)
     base = _BaseQuota(
         ceiling=frozen_map(capacity_ceiling(cq, cluster.cohort_limit)),
         after_in_flight=frozen_map(available),
         queued_in_flight=queued,
         holders=holders,
+        steps=tuple(steps),
     )
     cluster.derived["base-quota"] = base
     return base
@@ -611,8 +677,10 @@ def _replay(
     workloads: Sequence[QueuedWorkload],
     exclude: str | None,
     holders: _Holders,
+    steps: list[_Step] | None = None,
 ) -> int:
-    """Place ``workloads`` in order into ``available`` (consumed); how many stay queued.
+    """Place ``workloads`` in order into ``available`` (consumed); how many stay queued (and,
+    given ``steps``, how each was placed, appended to it).
 
     One that fits becomes a holder. One that does not fit but may preempt (the queue's policy,
     a holder of lower priority) claims its victims as Kueue would: they leave ``holders``, their
@@ -629,7 +697,11 @@ def _replay(
         if placed.fits:
             _consume(available, placed.usage)
             holders.add(other, placed.usage)
+            if steps is not None:
+                steps.append((other, placed.usage))
             continue
+        if steps is not None:
+            steps.append((other, None))
         if preempts and holders.floor is not None and holders.floor < other.priority:
             plan = evaluate_available(
                 _preemptor(other.key, cq.name, other.pod_sets, other.priority),

@@ -692,8 +692,11 @@ class SnapshotCache:
     :class:`ClusterSnapshot` object keeps its ``derived`` cache (the quota left after replaying
     the in-flight workloads, which costs one flavor assignment per in-flight workload): in a
     burst, a nomination changes the ledger of the nominated clusters only, so the other
-    candidates' replays are not recomputed for every decision. Snapshots of a cluster where the
-    workload has a copy or is in flight are built afresh.
+    candidates' replays are not recomputed for every decision. A snapshot built anew (its
+    ledger or the worker's index changed) continues the replay of the one it replaces where
+    :func:`~dispatcher.algorithms.stages.continue_replay` allows: a nomination appended to the
+    ledger, or a copy that reserved what its nomination counted on. Snapshots of a cluster where
+    the workload has a copy or is in flight are built afresh.
     """
 
     def __init__(self) -> None:
@@ -747,7 +750,9 @@ class SnapshotCache:
         if cached is not None and cached[0] == state and cached[1] is flying:
             return cached[2]
         snapshot = build()
-        if cached is not None and cached[0] == state and continue_replay(snapshot, cached[2]):
+        # Whatever changed (the index version included), the replay continues from the
+        # previous snapshot of this queue when that gives the full replay's result.
+        if cached is not None and continue_replay(snapshot, cached[2]):
             self.seeded += 1
         self._entries[key] = (state, flying, snapshot)
         return snapshot

@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from dispatcher.algorithms import stages
+from dispatcher.algorithms.stages import StageContext
 from dispatcher.clusters import slim
 from dispatcher.clusters.mirror import Mirror, Watched
 from dispatcher.clusters.registry import WORKER_RESOURCES, Candidate
@@ -761,6 +763,72 @@ def test_a_cached_snapshot_is_rebuilt_after_a_worker_event() -> None:
     second = snapshot()
     assert second is not first
     assert len(second.pending) == len(first.pending) + 1
+
+
+def test_a_copy_reserving_its_nominated_quota_continues_the_replay(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Kueue's event stream under a burst: the copy at the head of the in-flight ledger reserves
+    on the worker (its Workload and the ClusterQueue's status change, a new index version). The
+    next decision's snapshot continues the replay of the one it replaces (the other in-flight
+    workloads keep their places: no flavor assignment for them) and ends exactly as a full
+    replay of it."""
+    flavor = resource_flavor()
+    del flavor["spec"]["nodeTaints"]
+    mirror = mirror_of(
+        queues(resourceflavors=[flavor]), {**WORKER_RESOURCES, "jobs": WORKER_RESOURCES["jobs"]}
+    )
+    index = WorkerIndex()
+    index.refresh(mirror)
+    now = 1_800_000_000.0
+    in_flight = InFlight()
+    for i in range(10):
+        request = make_request(f"f{i}", namespace="team-a", queue="user-queue", cpu=8)
+        in_flight.record(("w1",), queued_workload(request), now + i)
+    decider = make_request("decider", namespace="team-a", queue="user-queue", cpu=1, now=now + 20)
+    cache = SnapshotCache()
+    candidate = Candidate("w1", 0, True, "", {}, None)
+    calls = [0]
+    original = stages.assign_flavors
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(stages, "assign_flavors", counted)
+
+    def decide() -> tuple[Any, Any, int]:
+        before = calls[0]
+        snapshot = cache.get(
+            candidate,
+            index,
+            decider,
+            in_flight,
+            label_key=DEFAULT_GPU_LABEL,
+            resource_pattern=DEFAULT_GPU_RESOURCE_PATTERN,
+        )
+        found = StageContext(decider, [snapshot]).fit(snapshot)
+        return snapshot, found, calls[0] - before - 2  # the probe itself: ever and now
+
+    first, first_fit, replayed = decide()
+    assert (replayed, cache.seeded) == (10, 0)
+    # f0's copy reserves the 8 CPUs its nomination counted on (the index sums the quota held
+    # from the copies' admissions), and the ClusterQueue's status follows.
+    copy_ = workload("f0", state="reserved", i=30)
+    assignment = copy_["status"]["admission"]["podSetAssignments"][0]
+    assignment["flavors"], assignment["resourceUsage"] = {"cpu": "a100"}, {"cpu": "8"}
+    mirror.cache("workloads").apply(ObjectEvent("ADDED", copy_))
+    queue = cluster_queue()
+    queue["status"]["pendingWorkloads"] = 2
+    queue["metadata"]["resourceVersion"] = "31"
+    mirror.cache("clusterqueues").apply(ObjectEvent("MODIFIED", queue))
+    second, second_fit, replayed = decide()
+    assert second is not first
+    assert [w.key for w in second.in_flight] == [f"team-a/f{i}" for i in range(1, 10)]
+    assert (replayed, cache.seeded) == (0, 1)
+    fresh = dataclasses.replace(second)  # the same snapshot without the seed: a full replay
+    assert StageContext(decider, [fresh]).fit(fresh) == second_fit
+    assert second_fit.queued_ahead == first_fit.queued_ahead
 
 
 def job(name: str, origin: str | None) -> Obj:
