@@ -562,6 +562,27 @@ def counting_reconciles(on: list[bool]) -> Iterator[collections.Counter[str]]:
         Nominator._reconcile = original  # type: ignore[method-assign]
 
 
+@contextlib.contextmanager
+def counting_assignments(on: list[bool]) -> Iterator[list[int]]:
+    """Count the flavor assignments the decision stages make (the fits and the in-flight
+    replays) while ``on[0]`` is set: ``[count]``."""
+    from dispatcher.algorithms import stages
+
+    counted = [0]
+    original = stages.assign_flavors
+
+    def assign(*args: Any, **kwargs: Any) -> Any:
+        if on[0]:
+            counted[0] += 1
+        return original(*args, **kwargs)
+
+    stages.assign_flavors = assign  # type: ignore[assignment]
+    try:
+        yield counted
+    finally:
+        stages.assign_flavors = original
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     """Run the benchmark and return its figures."""
     import anyio
@@ -576,6 +597,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         tempfile.TemporaryDirectory(prefix="mkd-bench-") as tmp,
         counting_events() as (events, counting),
         counting_reconciles(counting) as outcomes,
+        counting_assignments(counting) as assignments,
     ):
         directory = Path(tmp)
         async with server_process(args, directory) as server:
@@ -681,6 +703,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "events_per_nomination": round(sum(events.values()) / max(1, result["nominated"]), 2),
         "reconciles": dict(sorted(outcomes.items())),
         "reconciles_per_nomination": round(sum(outcomes.values()) / max(1, result["nominated"]), 2),
+        "flavor_assignments": assignments[0],
+        "flavor_assignments_per_nomination": round(assignments[0] / max(1, result["nominated"]), 1),
         "kueue": (
             {
                 "emulated": args.kueue_version,
@@ -743,6 +767,9 @@ def report(figures: dict[str, Any]) -> str:
             f"({figures['reconciles_per_nomination']} per nomination: "
             + ", ".join(f"{k} {v}" for k, v in figures["reconciles"].items())
             + ")",
+            f"  flavor assignments        {figures['flavor_assignments']} "
+            f"({figures['flavor_assignments_per_nomination']} per nomination: the decisions' "
+            "fits and in-flight replays)",
             *_kueue_lines(figures["kueue"]),
         ]
     )
