@@ -616,16 +616,17 @@ def continue_replay(snapshot: ClusterSnapshot, previous: ClusterSnapshot) -> boo
     if len(new) < len(kept) or any(w is not step[0] for w, step in zip(new, kept, strict=False)):
         return False
     free_before = dict(base.after_in_flight)
-    for _, usage in kept:
+    placed: list[tuple[QueuedWorkload, Mapping[FlavorResource, int]]] = []
+    for workload, usage in kept:
         if usage is None:
             return False  # it queued or claimed victims: its place depends on more than quota
+        placed.append((workload, usage))
         for key, amount in usage.items():
             free_before[key] = free_before.get(key, 0) + amount
     if available_now(cq, snapshot.cohort_room) != free_before:
         return False
     holders = _Holders.of(snapshot, cq.name)
-    for workload, usage in kept:
-        assert usage is not None
+    for workload, usage in placed:
         holders.add(workload, usage)
     snapshot.derived["replay-seed"] = _ReplaySeed(len(kept), base.after_in_flight, 0, holders, kept)
     return True
