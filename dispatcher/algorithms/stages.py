@@ -647,9 +647,7 @@ def _base_quota(cluster: ClusterSnapshot, cq: ClusterQueueView) -> _BaseQuota:
             cluster, cq, available, cluster.in_flight[seed.replayed :], None, holders, steps
         )
     else:
-        available = available_now(cq, cluster.cohort_room)
-        holders = _Holders.of(cluster, cq.name)
-        queued = _replay(cluster, cq, available, cluster.in_flight, None, holders, steps)
+        available, queued, holders = _replay_in_flight(cluster, cq, exclude=None, steps=steps)
     base = _BaseQuota(
         ceiling=frozen_map(capacity_ceiling(cq, cluster.cohort_limit)),
         after_in_flight=frozen_map(available),
@@ -662,13 +660,17 @@ def _base_quota(cluster: ClusterSnapshot, cq: ClusterQueueView) -> _BaseQuota:
 
 
 def _replay_in_flight(
-    cluster: ClusterSnapshot, cq: ClusterQueueView, exclude: str | None
+    cluster: ClusterSnapshot,
+    cq: ClusterQueueView,
+    exclude: str | None,
+    steps: list[_Step] | None = None,
 ) -> tuple[dict[FlavorResource, int], int, _Holders]:
     """Quota left after placing the in-flight workloads in order, how many stay queued, and
-    the holders then."""
+    the holders then (and, given ``steps``, how each was placed, appended to it)."""
     available = available_now(cq, cluster.cohort_room)
     holders = _Holders.of(cluster, cq.name)
-    return available, _replay(cluster, cq, available, cluster.in_flight, exclude, holders), holders
+    queued = _replay(cluster, cq, available, cluster.in_flight, exclude, holders, steps)
+    return available, queued, holders
 
 
 def _replay(
