@@ -20,6 +20,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from dispatcher.algorithms import stages
 from dispatcher_sandbox.kueue_crds import ENV_VAR, kueue_crds_dir
 
 
@@ -343,6 +344,20 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[object]:
         return (yield)
     finally:
         scan.attach()
+
+
+@pytest.fixture
+def assignments(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the flavor assignments the decision stages make (``[count]``)."""
+    calls = [0]
+    original = stages.assign_flavors
+
+    def counted(*args: object, **kwargs: object) -> object:
+        calls[0] += 1
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(stages, "assign_flavors", counted)
+    return calls
 
 
 @pytest.fixture(scope="session")

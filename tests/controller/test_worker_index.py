@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 
-from dispatcher.algorithms import stages
 from dispatcher.algorithms.stages import StageContext
 from dispatcher.clusters import slim
 from dispatcher.clusters.mirror import Mirror, Watched
@@ -765,9 +764,7 @@ def test_a_cached_snapshot_is_rebuilt_after_a_worker_event() -> None:
     assert len(second.pending) == len(first.pending) + 1
 
 
-def test_a_copy_reserving_its_nominated_quota_continues_the_replay(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_copy_reserving_its_nominated_quota_continues_the_replay(assignments: list[int]) -> None:
     """Kueue's event stream under a burst: the copy at the head of the in-flight ledger reserves
     on the worker (its Workload and the ClusterQueue's status change, a new index version). The
     next decision's snapshot continues the replay of the one it replaces (the other in-flight
@@ -788,17 +785,9 @@ def test_a_copy_reserving_its_nominated_quota_continues_the_replay(
     decider = make_request("decider", namespace="team-a", queue="user-queue", cpu=1, now=now + 20)
     cache = SnapshotCache()
     candidate = Candidate("w1", 0, True, "", {}, None)
-    calls = [0]
-    original = stages.assign_flavors
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        calls[0] += 1
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(stages, "assign_flavors", counted)
 
     def decide() -> tuple[Any, Any, int]:
-        before = calls[0]
+        before = assignments[0]
         snapshot = cache.get(
             candidate,
             index,
@@ -808,7 +797,7 @@ def test_a_copy_reserving_its_nominated_quota_continues_the_replay(
             resource_pattern=DEFAULT_GPU_RESOURCE_PATTERN,
         )
         found = StageContext(decider, [snapshot]).fit(snapshot)
-        return snapshot, found, calls[0] - before - 2  # the probe itself: ever and now
+        return snapshot, found, assignments[0] - before - 2  # the probe itself: ever and now
 
     first, first_fit, replayed = decide()
     assert (replayed, cache.seeded) == (10, 0)
