@@ -327,7 +327,10 @@ class Settings(BaseSettings):
         "`multikueue_dispatcher_stuck_workloads_total`), unless Kueue recorded another "
         "admission on that worker within as long, or still has copies of ours to make there "
         "(for up to ten times as long): then it is behind its worker client's backlog, not "
-        "refusing the write, and the workload is looked at again later.",
+        "refusing the write, and the workload is looked at again later. Also how long a "
+        "manager Workload may stay evicted while holding its quota, with no copy left on any "
+        "worker, before it is reported as a stuck eviction (contract C93: log, "
+        "`EvictionStuck` Event, `multikueue_dispatcher_stuck_evictions_total`).",
     )
     lost_copy_cooldown_seconds: float = Field(
         default=CONTROLLER_DEFAULTS.lost_copy_cooldown_seconds,

@@ -35,7 +35,9 @@ class ControllerConfig:
     third-party stage or hook always runs in a thread."""
     stuck_after_seconds: float = 15.0
     """How long a copy may be Admitted on a worker without ``clusterName`` on the manager
-    before the workload is reported stuck (the field-manager pitfall, C43)."""
+    before the workload is reported stuck (the field-manager pitfall, C43); also how long an
+    evicted Workload may hold its quota with no copy left before the eviction is reported
+    stuck (C93)."""
     leftover_wait_seconds: float = 15.0
     """How long a workload without a nomination waits for Kueue to remove a copy left on a
     worker by an earlier attempt before it is nominated anyway (see ``Nominator._leftover``)."""

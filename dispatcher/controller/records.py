@@ -37,6 +37,8 @@ class Record:
     nominated_at: float | None = None
     nominated: tuple[str, ...] = ()
     stuck_reported: bool = False
+    eviction_reported: float | None = None
+    """The ``Evicted`` transition (epoch seconds) already reported as a stuck eviction (C93)."""
     event_message: str = ""
     first_nominated_at: float | None = None
     admission_reported: bool = False

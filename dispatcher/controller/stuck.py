@@ -1,10 +1,16 @@
-"""Stuck detection: a workload its worker admitted but Kueue never records as admitted.
+"""Stuck detection: a workload its worker admitted but Kueue never records as admitted, and an
+eviction Kueue never finishes.
 
 The field-manager pitfall (contract C43): a copy ``Admitted`` on a nominated worker while the
 manager Workload never gets ``status.clusterName``, or a Job that ran and finished there with the
 manager's check still ``Pending``; and the refusal to sync into a same-named Job that is not this
 manager's (C33). Each is reported once per workload: a log line, an ``AdmissionStuck`` Event and
 ``multikueue_dispatcher_stuck_workloads_total``.
+
+The stuck eviction (C93): a manager Workload evicted while its Job showed running pods, whose
+copies are all gone, keeps the manager's quota for good (nothing copies the Job's status any
+more). Reported once per eviction: a log line, an ``EvictionStuck`` Event and
+``multikueue_dispatcher_stuck_evictions_total``.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from typing import Any
 from dispatcher.clusters.registry import ClusterRegistry
 from dispatcher.controller.config import ControllerConfig
 from dispatcher.controller.events import EventRecorder
-from dispatcher.controller.records import PITFALL_ADVICE, Record, parse_time
+from dispatcher.controller.records import PITFALL_ADVICE, Record, parse_time, transition_time
 from dispatcher.controller.snapshots import ORIGIN_LABEL, WorkerIndex, owner_job
 from dispatcher.controller.workqueue import WorkQueue
 from dispatcher.k8s.errors import ApiError
@@ -211,6 +217,65 @@ class StuckDetector:
             f"finished on {', '.join(nominated)} but Kueue never set status.clusterName and its "
             f"admission check {check} stayed Pending: {PITFALL_ADVICE}",
         )
+
+    def check_eviction(
+        self, key: str, workload: Mapping[str, Any], record: Record, now: float
+    ) -> None:
+        """Report an eviction Kueue will not finish (C93): ``Evicted=True`` beside
+        ``QuotaReserved=True`` for ``stuck_after_seconds``, and no copy of the workload on any
+        worker.
+
+        Kueue gives the manager's quota back only once the manager Job shows no active pods
+        (C37), and that count is the worker's, copied by MultiKueue from a worker that still
+        has a copy. With a copy left (C92's evicting copy, or one on a worker that cannot be
+        seen now) the release may still come and nothing is reported; the workload is looked at
+        again after the threshold, since nothing else need change while it waits."""
+        status = workload.get("status") or {}
+        conditions = {
+            str(c.get("type")): str(c.get("status")) for c in status.get("conditions") or []
+        }
+        if conditions.get("Evicted") != "True" or conditions.get("QuotaReserved") != "True":
+            return
+        if conditions.get("Finished") == "True":
+            return
+        since = transition_time(workload, "Evicted")
+        if since is None or record.eviction_reported == since:
+            return
+        threshold = self._config.stuck_after_seconds
+        if now - since < threshold:
+            self._queue.add_after(key, threshold - (now - since))
+            return
+        for cluster, worker in self._registry.workers.items():
+            index = self._index(cluster)
+            if index is None or not worker.connected or key in index.copies:
+                self._queue.add_after(key, threshold)
+                return
+        record.eviction_reported = since
+        meta = workload.get("metadata") or {}
+        namespace = str(meta.get("namespace", ""))
+        evicted: Mapping[str, Any] = next(
+            (c for c in status.get("conditions") or [] if c.get("type") == "Evicted"), {}
+        )
+        owner = owner_job(workload)
+        release = (
+            f"set the status.active of Job {namespace}/{owner} to 0 (kubectl patch job {owner} "
+            f"-n {namespace} --subresource=status --type=merge "
+            """-p '{"status":{"active":0,"ready":0}}'), or delete the Job and submit it again"""
+            if owner is not None
+            else "delete the workload's owner and submit it again"
+        )
+        message = (
+            f"evicted {now - since:.0f}s ago ({evicted.get('reason', '')}: "
+            f"{evicted.get('message', '')}) and still holding the manager's quota, with no copy "
+            f"left on any worker: Kueue releases the quota only once the manager Job shows no "
+            f"active pods, a count it copies from a worker's copy, so it never will (contract "
+            f"C93; kueue#15380). To release it, {release}"
+        )
+        log.error("workload %s: eviction stuck: %s", key, message, extra={"workload": key})
+        if self._metrics is not None:
+            cq = str((status.get("admission") or {}).get("clusterQueue") or "")
+            self._metrics.stuck_eviction(cluster_queue=cq)
+        self._events.record(workload, "EvictionStuck", message, "Warning")
 
     def report(self, key: str, workload: Mapping[str, Any], record: Record, message: str) -> None:
         """Log, count and emit an ``AdmissionStuck`` Event, once per workload."""

@@ -238,6 +238,15 @@ STUCK_WORKLOADS = Series(
     "cannot set status.clusterName while our field manager owns status.nominatedClusterNames "
     "(contract C43).",
 )
+STUCK_EVICTIONS = Series(
+    PREFIX + "stuck_evictions",
+    "counter",
+    "1",
+    ("cluster_queue",),
+    "Manager Workloads found stuck in an eviction: evicted longer than stuck_after_seconds, "
+    "still holding the manager's quota, and no copy of them left on any worker, so Kueue has "
+    "nothing to copy the Job's status from and never releases the quota (contract C93).",
+)
 GPU_TYPE_MISMATCHES = Series(
     PREFIX + "gpu_type_mismatches",
     "counter",
@@ -296,6 +305,7 @@ SERIES: tuple[Series, ...] = (
     QUEUE_DEPTH,
     PLUGIN_INFO,
     STUCK_WORKLOADS,
+    STUCK_EVICTIONS,
     GPU_TYPE_MISMATCHES,
     EVENT_LOOP_TASKS,
     UNPLACEABLE_QUOTA,
@@ -359,6 +369,7 @@ class Metrics:
         self._filtered = counter(FILTERED_CLUSTERS)
         self._no_feasible = counter(NO_FEASIBLE_CLUSTER)
         self._stuck = counter(STUCK_WORKLOADS)
+        self._stuck_evictions = counter(STUCK_EVICTIONS)
         self._gpu_mismatches = counter(GPU_TYPE_MISMATCHES)
         self._unplaceable_actions = counter(UNPLACEABLE_ACTIONS)
         self._decision_latency = histogram(DECISION_LATENCY, DECISION_LATENCY_BUCKETS)
@@ -479,6 +490,10 @@ class Metrics:
     def stuck_workload(self, *, cluster_queue: str) -> None:
         """Count one workload found stuck by the field-manager pitfall (contract C43)."""
         self._stuck.add(1, {"cluster_queue": cluster_queue, "replica_role": self._role})
+
+    def stuck_eviction(self, *, cluster_queue: str) -> None:
+        """Count one manager Workload found stuck in an eviction (contract C93)."""
+        self._stuck_evictions.add(1, {"cluster_queue": cluster_queue, "replica_role": self._role})
 
     def gpu_type_mismatch(self, *, cluster: str, kind: Literal["required", "preferred"]) -> None:
         """Count one workload admitted on ``cluster`` on a GPU type it does not require or

@@ -35,6 +35,7 @@ def exercise(metrics: Metrics) -> None:
     metrics.set_queue_depth(7)
     metrics.add_plugin_info("capacity-first", distribution="built-in", version="0.1.0")
     metrics.stuck_workload(cluster_queue="cq-gpu")
+    metrics.stuck_eviction(cluster_queue="cq-gpu")
     metrics.gpu_type_mismatch(cluster="c", kind="preferred")
     metrics.filtered_cluster(plugin="gpu-type", reason=RejectionReason.GPU_TYPE_MISMATCH)
     metrics.no_feasible_cluster(cluster_queue="cq-gpu", algorithm="a+b")

@@ -1,0 +1,146 @@
+"""The stuck eviction (contract C93): reported once, only when no copy is left to finish it.
+
+Kueue v0.19 gives an evicted manager Workload's quota back only once the manager Job shows no
+active pods, a count MultiKueue copies from a worker that still has a copy (C37). A Workload
+evicted while its Job ran whose copies are all gone keeps the quota for good: after
+``stuck_after_seconds`` the dispatcher reports it (log, ``EvictionStuck`` Event, metric), once
+per eviction. With a copy left, or a worker that cannot be seen, the release may still come:
+nothing is reported and the workload is looked at again after the threshold.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from dispatcher.controller.records import Record, parse_time
+from dispatcher.k8s.resources import WORKLOADS
+from dispatcher.telemetry.metrics import Metrics
+from dispatcher_sandbox.harness.controller import workload, world
+
+EVICTED_AT = "2026-01-01T00:01:00Z"
+THRESHOLD = 15.0  # ControllerConfig.stuck_after_seconds' default
+KEY = "default/job-train-1a2b3"
+
+
+def _condition(kind: str, status: str, at: str = EVICTED_AT, reason: str = "") -> dict[str, Any]:
+    return {
+        "type": kind,
+        "status": status,
+        "reason": reason or kind,
+        "message": "At least one admission check is false" if kind == "Evicted" else "",
+        "lastTransitionTime": at,
+    }
+
+
+def _manager_workload(*conditions: dict[str, Any]) -> dict[str, Any]:
+    wl = workload("job-train-1a2b3")
+    wl["metadata"]["ownerReferences"] = [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "controller": True}
+    ]
+    wl["status"] = {
+        "conditions": list(conditions),
+        "admission": {"clusterQueue": "cluster-queue"},
+    }
+    return wl
+
+
+STUCK = (
+    _condition("QuotaReserved", "True", "2026-01-01T00:00:00Z"),
+    _condition("Evicted", "True", reason="AdmissionCheck"),
+)
+
+
+@dataclass(frozen=True)
+class Case:
+    conditions: tuple[dict[str, Any], ...]
+    seconds_after: float
+    copy_on: str | None = None
+    reported_before: str | None = None
+    reported: bool = False
+    requeued_after: float | None = None
+
+
+CASES = [
+    pytest.param(Case(STUCK, 20.0, reported=True), id="evicted-long-ago-no-copy-left-reported"),
+    pytest.param(Case(STUCK, 5.0, requeued_after=10.0), id="evicted-lately-looked-at-again-later"),
+    pytest.param(
+        Case(STUCK, 20.0, copy_on="w2", requeued_after=THRESHOLD),
+        id="a-copy-left-on-a-worker-may-still-finish-it",
+    ),
+    pytest.param(Case(STUCK, 20.0, reported_before=EVICTED_AT), id="this-eviction-reported-once"),
+    pytest.param(
+        Case(STUCK, 20.0, reported_before="2026-01-01T00:00:30Z", reported=True),
+        id="a-new-eviction-reported-again",
+    ),
+    pytest.param(Case((_condition("QuotaReserved", "False"), STUCK[1]), 20.0), id="quota-released"),
+    pytest.param(
+        Case((*STUCK, _condition("Finished", "True")), 20.0), id="finished-nothing-to-release"
+    ),
+    pytest.param(Case(STUCK[:1], 20.0), id="not-evicted"),
+]
+
+
+@pytest.mark.parametrize("case", CASES)
+async def test_a_stuck_eviction_is_reported_once_when_no_copy_is_left(
+    case: Case, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prometheus = CollectorRegistry()
+    async with world(workers=("w1", "w2")) as w:
+        w.metrics = Metrics(registry=prometheus)
+        nominator = await w.start_dispatcher()
+        if case.copy_on is not None:
+            copy_ = workload(
+                "job-train-1a2b3", labels={"kueue.x-k8s.io/multikueue-origin": "multikueue"}
+            )
+            mirror = w.mirrors.workers[case.copy_on].mirror
+            assert mirror is not None
+            await mirror.api.create(WORKLOADS, copy_, namespace="default")
+            copy_on = case.copy_on
+            await w.wait(lambda: KEY in getattr(nominator._index(copy_on), "copies", ()))
+        events: list[tuple[str, str, str]] = []
+        monkeypatch.setattr(
+            nominator.events,
+            "record",
+            lambda wl, reason, message, kind: events.append((reason, message, kind)),
+        )
+        requeued: list[float] = []
+        monkeypatch.setattr(nominator.queue, "add_after", lambda key, delay: requeued.append(delay))
+        record = Record(eviction_reported=parse_time(case.reported_before))
+        evicted = parse_time(EVICTED_AT)
+        assert evicted is not None
+        wl = _manager_workload(*case.conditions)
+
+        nominator.stuck.check_eviction(KEY, wl, record, evicted + case.seconds_after)
+
+        if case.reported:
+            [(reason, message, kind)] = events
+            assert (reason, kind) == ("EvictionStuck", "Warning")
+            assert message.startswith(
+                "evicted 20s ago (AdmissionCheck: At least one admission check is false) and "
+                "still holding the manager's quota, with no copy left on any worker"
+            ), message
+            assert "contract C93" in message, message
+            assert "Job default/train to 0" in message, message
+            assert "kubectl patch job train -n default --subresource=status" in message, message
+            assert _stuck_evictions(prometheus) == 1.0
+            assert record.eviction_reported == evicted
+        else:
+            assert events == []
+            assert _stuck_evictions(prometheus) == 0.0
+            assert record.eviction_reported == parse_time(case.reported_before)
+        assert requeued == ([case.requeued_after] if case.requeued_after is not None else [])
+
+
+def _stuck_evictions(prometheus: CollectorRegistry) -> float:
+    """The counter's total over its series (cluster_queue ``cluster-queue`` only here)."""
+    total = 0.0
+    for family in prometheus.collect():
+        for sample in family.samples:
+            if sample.name == "multikueue_dispatcher_stuck_evictions_total":
+                assert sample.labels["cluster_queue"] == "cluster-queue", sample
+                total += sample.value
+    return total
