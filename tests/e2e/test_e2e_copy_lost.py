@@ -1,13 +1,23 @@
-"""A worker that lost a workload's admitted copy is left out of its next decisions (contract
-C29, C91), on every backend.
+"""A workload whose admitted copy vanished, on every backend: Kueue's eviction that never
+finishes (contract C93), the dispatcher's report of it, the release, and the worker that lost
+the copy left out of the next decisions (C29, C91).
 
-The copy of an admitted Job is deleted on its worker, which stays reachable: Kueue sets the
-MultiKueue check ``Retry`` ("Admitting remote no longer exists") at once (C29), evicts and resets
-the manager Workload (C37, C38), which reserves quota again and waits for a nomination. The
-dispatcher leaves the worker that lost the copy out of that workload's decisions for
-``lost_copy_cooldown_seconds`` (stage ``copy-lost``): a worker back from an outage can delete
-every new copy the same way until its Kueue has seen the old Job deleted (C91), which the
-deletion here stands in for, the same way on every backend. The Job then runs on the other
+The copy of an admitted Job is deleted on its worker, which stays reachable. Kueue sets the
+MultiKueue check ``Retry`` ("Admitting remote no longer exists") at once (C29) and evicts the
+manager Workload (C37), but gives the manager's quota back only once the manager Job shows no
+active pods, a count MultiKueue copies from the worker's Job while a copy exists. The test
+deletes the copy only once that count shows the pod running on the manager (Kueue copied it):
+from then on nothing updates it, and the Workload stays evicted with its quota (C93). That is
+what happens in a real deployment whenever a running copy vanishes; before this wait the test
+raced the copy of the count (about 100 ms on real Kueue v0.19.2) and failed when the count
+came first.
+
+The dispatcher reports it (an ``EvictionStuck`` Warning Event naming the release), the test
+releases it as the Event says (the manager Job's ``status.active`` set to 0), Kueue finishes
+the eviction and reserves again, and the dispatcher leaves the worker that lost the copy out
+of that workload's decisions for ``lost_copy_cooldown_seconds`` (stage ``copy-lost``): a worker
+back from an outage can delete every new copy the same way until its Kueue has seen the old
+Job deleted (C91), which the deletion here stands in for. The Job then runs on the other
 worker, and its ``Nominated`` Event names why the first one was left out.
 """
 
@@ -15,6 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import pytest
 from kubernetes_asyncio import client
 
@@ -30,6 +41,7 @@ from dispatcher_sandbox.harness.e2e.backend import (
     condition,
     is_true,
     listed_events,
+    manager_events,
 )
 from dispatcher_sandbox.harness.e2e.trace import recorder_of
 
@@ -67,8 +79,36 @@ async def test_a_worker_that_lost_the_admitted_copy_is_left_out(backend: ApiBack
     [other] = [w for w in WORKERS if w != lost]
     name = str(admitted["metadata"]["name"])
 
+    jobs = client.BatchV1Api(backend.apis["manager"])
+
+    # Jobs are not mirrored by the backends: read again a few times a second, bounded above.
+    with anyio.fail_after(long):
+        while True:
+            job = await jobs.read_namespaced_job_status(JOB, NAMESPACE)
+            if job.status is not None and (job.status.active or 0) >= 1:
+                break
+            await anyio.sleep(0.2)
     await client.CustomObjectsApi(backend.apis[lost]).delete_namespaced_custom_object(
         KUEUE_GROUP, KUEUE_VERSION, NAMESPACE, "workloads", name
+    )
+
+    # C93: evicted, the manager's quota kept, nothing nominated; the dispatcher says so.
+    [stuck] = await manager_events(backend, name, "EvictionStuck", long)
+    assert "contract C93" in stuck["message"], stuck
+    assert f"Job {NAMESPACE}/{JOB}" in stuck["message"], stuck
+    assert stuck["type"] == "Warning", stuck
+    held = backend.workload(JOB) or {}
+    assert is_true(held, "Evicted"), held
+    assert is_true(held, "QuotaReserved"), held
+    assert not held["status"].get("clusterName"), held
+    assert not held["status"].get("nominatedClusterNames"), held
+
+    # The release the Event names; Kueue then finishes the eviction and reserves again.
+    await jobs.patch_namespaced_job_status(  # type: ignore[call-arg]  # a dict body is taken too
+        JOB,
+        NAMESPACE,
+        {"status": {"active": 0, "ready": 0}},
+        _content_type="application/merge-patch+json",
     )
     await backend.wait_workload(JOB, admitted_on(other), f"admitted again, on {other}", long)
 
