@@ -54,7 +54,8 @@ async def test_pitfall_and_remedies_on_real_kueue(
         f"{outcome.ratio()} admitted, {outcome.reached_worker} reached a worker, "
         f"{outcome.finished_unrecorded} finished without clusterName, "
         f"{outcome.stuck_events} AdmissionStuck Events, "
-        f"{outcome.copies_per_admitted:.2f} copies per admitted"
+        f"{outcome.copies_per_admitted:.2f} copies per admitted, "
+        f"{sum(len(f.evicted_on) for f in outcome.followed.values())} copies evicted by a worker"
     )
     record_property(f"remedy_{remedy}", figures)
     print(f"REMEDY [{remedy}] {figures}")
@@ -77,14 +78,18 @@ async def test_pitfall_and_remedies_on_real_kueue(
     else:
         assert outcome.finished_unrecorded == 0, figures
         assert outcome.stuck_events == 0, figures
-        # On failure, which workloads had more than one copy, and the nominations they were
-        # seen with (a second copy needs a second nomination, or Kueue's own doing).
+        # One copy per admission attempt: a workload has a copy on a second worker only after
+        # the first worker evicted its copy (the mix's high-priority llm-pretrain can preempt
+        # a low-priority rl-sweep admitted on worker-h100 when it arrives there later: a
+        # second nomination, to worker-a100, follows; CI at 3ce0f6a saw 1.11 copies per
+        # admitted workload that way). Any other second copy is a nomination moved while the
+        # first copy stood.
         doubled = {
-            key: (sorted(item.copies), item.nominations, item.cluster)
+            key: (sorted(item.copies), sorted(item.evicted_on), item.nominations, item.cluster)
             for key, item in outcome.followed.items()
-            if len(item.copies) > 1
+            if len(item.copies - item.evicted_on) > 1
         }
-        assert outcome.copies_per_admitted == 1.0, f"{figures}; more than one copy: {doubled}"
+        assert doubled == {}, f"{figures}; a second copy without an eviction: {doubled}"
 
 
 async def test_kueue_all_at_once_copies_to_every_worker_a_check_of_the_harness(

@@ -51,8 +51,10 @@ def _manager_workload() -> dict[str, Any]:
     }
 
 
-def _copy(admitted: bool) -> dict[str, Any]:
+def _copy(admitted: bool, evicted: bool = False) -> dict[str, Any]:
     conditions = [{"type": "Admitted", "status": "True"}] if admitted else []
+    if evicted:
+        conditions.append({"type": "Evicted", "status": "True"})
     return {
         "metadata": {
             "name": "job-abc",
@@ -68,7 +70,11 @@ def _copy(admitted: bool) -> dict[str, Any]:
 )
 def test_copies_count_whichever_stream_comes_first(copies_first: bool) -> None:
     observer = _observer()
-    events = [("worker1", _copy(admitted=True)), ("worker2", _copy(admitted=False))]
+    events = [
+        ("worker2", _copy(admitted=True)),
+        ("worker2", _copy(admitted=True, evicted=True)),
+        ("worker1", _copy(admitted=True)),
+    ]
     if copies_first:
         events.append(("manager", _manager_workload()))
     else:
@@ -77,6 +83,7 @@ def test_copies_count_whichever_stream_comes_first(copies_first: bool) -> None:
         observer._seen(cluster, obj)
     item = observer.followed["team-a/job"]
     assert (item.copies, item.admitted_copy_on) == ({"worker1", "worker2"}, "worker1")
+    assert item.evicted_on == {"worker2"}  # preempted there, then sent to worker1
     assert observer.early == {}
 
 

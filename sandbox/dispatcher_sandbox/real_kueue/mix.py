@@ -81,6 +81,9 @@ class Followed:
     nominations: list[tuple[str, ...]] = field(default_factory=list)
     """Every nomination the manager Workload was seen with, in order (repeats left out)."""
     admitted_copy_on: str | None = None
+    evicted_on: set[str] = field(default_factory=set)
+    """Workers whose Kueue was seen evicting its copy (``Evicted=True`` on the copy: a
+    preemption there, C72), after which the workload may be sent to another worker."""
     last: Obj | None = None
     created_at: float | None = None
     """When the manager Workload was first seen (Kueue's Job reconciler made it); every
@@ -150,7 +153,7 @@ class _Observer:
         self.jobs = jobs
         self.followed: dict[str, Followed] = {j: Followed() for j in jobs}
         self.by_workload: dict[str, str] = {}
-        self.early: dict[str, list[tuple[str, bool, float]]] = {}
+        self.early: dict[str, list[tuple[str, bool, bool, float]]] = {}
         """Copies seen (worker, admitted) before their manager Workload: the watches of the
         clusters are separate streams, and a copy AllAtOnce made on a worker that did not win
         may be gone before its next event."""
@@ -182,8 +185,8 @@ class _Observer:
             self.by_workload[key] = job
             item = self.followed[job]
             item.workload = key
-            for worker, admitted, at in self.early.pop(key, []):
-                self._copy_seen(item, worker, admitted, at)
+            for worker, admitted, evicted, at in self.early.pop(key, []):
+                self._copy_seen(item, worker, admitted, evicted, at)
             item.last = obj
             status = obj.get("status") or {}
             cluster_name = status.get("clusterName")
@@ -208,13 +211,19 @@ class _Observer:
         job = self.by_workload.get(key)
         now = time.monotonic()
         if job is None:
-            self.early.setdefault(key, []).append((cluster, _true(obj, "Admitted"), now))
+            self.early.setdefault(key, []).append(
+                (cluster, _true(obj, "Admitted"), _true(obj, "Evicted"), now)
+            )
             return
-        self._copy_seen(self.followed[job], cluster, _true(obj, "Admitted"), now)
+        self._copy_seen(
+            self.followed[job], cluster, _true(obj, "Admitted"), _true(obj, "Evicted"), now
+        )
 
     @staticmethod
-    def _copy_seen(item: Followed, cluster: str, admitted: bool, at: float) -> None:
+    def _copy_seen(item: Followed, cluster: str, admitted: bool, evicted: bool, at: float) -> None:
         item.copies.add(cluster)
+        if evicted:
+            item.evicted_on.add(cluster)
         if item.copied_at is None:
             item.copied_at = at
         if admitted:
