@@ -81,9 +81,10 @@ async def test_pitfall_and_remedies_on_real_kueue(
         # One copy per admission attempt: a workload has a copy on a second worker only after
         # the first worker evicted its copy (the mix's high-priority llm-pretrain can preempt
         # a low-priority rl-sweep admitted on worker-h100 when it arrives there later: a
-        # second nomination, to worker-a100, follows; CI at 3ce0f6a saw 1.11 copies per
-        # admitted workload that way). Any other second copy is a nomination moved while the
-        # first copy stood.
+        # second nomination, to worker-a100, follows). CI at 3ce0f6a saw 1.11 copies per
+        # admitted workload, rl-sweep-1 nominated worker-h100 then worker-a100, before the
+        # evictions were recorded. Any other second copy is a nomination moved while the first
+        # copy stood.
         doubled = {
             key: (sorted(item.copies), sorted(item.evicted_on), item.nominations, item.cluster)
             for key, item in outcome.followed.items()
