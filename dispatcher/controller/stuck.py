@@ -262,14 +262,21 @@ class StuckDetector:
             f"-n {namespace} --subresource=status --type=merge "
             """-p '{"status":{"active":0,"ready":0}}'), or delete the Job and submit it again"""
             if owner is not None
-            else "delete the workload's owner and submit it again"
+            else "set its owner's count of active pods to 0 as MultiKueue would, or delete the "
+            "owner and submit it again"
+        )
+        vanished = (
+            f" (its admitted copy vanished on {', '.join(sorted(record.copies_lost))}: check "
+            f"that its Job runs there no more)"
+            if record.copies_lost
+            else ""
         )
         message = (
             f"evicted {now - since:.0f}s ago ({evicted.get('reason', '')}: "
             f"{evicted.get('message', '')}) and still holding the manager's quota, with no copy "
             f"left on any worker: Kueue releases the quota only once the manager Job shows no "
             f"active pods, a count it copies from a worker's copy, so it never will (contract "
-            f"C93; kueue#15380). To release it, {release}"
+            f"C93; kueue#15380). To release it{vanished}, {release}"
         )
         log.error("workload %s: eviction stuck: %s", key, message, extra={"workload": key})
         if self._metrics is not None:

@@ -60,12 +60,17 @@ class Case:
     seconds_after: float
     copy_on: str | None = None
     reported_before: str | None = None
+    copy_lost_on: str | None = None
     reported: bool = False
     requeued_after: float | None = None
 
 
 CASES = [
     pytest.param(Case(STUCK, 20.0, reported=True), id="evicted-long-ago-no-copy-left-reported"),
+    pytest.param(
+        Case(STUCK, 20.0, copy_lost_on="w1", reported=True),
+        id="reported-naming-the-worker-where-the-copy-vanished",
+    ),
     pytest.param(Case(STUCK, 5.0, requeued_after=10.0), id="evicted-lately-looked-at-again-later"),
     pytest.param(
         Case(STUCK, 20.0, copy_on="w2", requeued_after=THRESHOLD),
@@ -110,6 +115,8 @@ async def test_a_stuck_eviction_is_reported_once_when_no_copy_is_left(
         requeued: list[float] = []
         monkeypatch.setattr(nominator.queue, "add_after", lambda key, delay: requeued.append(delay))
         record = Record(eviction_reported=parse_time(case.reported_before))
+        if case.copy_lost_on is not None:
+            record.copies_lost[case.copy_lost_on] = 0.0
         evicted = parse_time(EVICTED_AT)
         assert evicted is not None
         wl = _manager_workload(*case.conditions)
@@ -124,6 +131,8 @@ async def test_a_stuck_eviction_is_reported_once_when_no_copy_is_left(
                 "still holding the manager's quota, with no copy left on any worker"
             ), message
             assert "contract C93" in message, message
+            vanished = f"(its admitted copy vanished on {case.copy_lost_on}: check that its Job "
+            assert (vanished in message) == (case.copy_lost_on is not None), message
             assert "Job default/train to 0" in message, message
             assert "kubectl patch job train -n default --subresource=status" in message, message
             assert _stuck_evictions(prometheus) == 1.0

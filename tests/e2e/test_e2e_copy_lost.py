@@ -96,6 +96,7 @@ async def test_a_worker_that_lost_the_admitted_copy_is_left_out(backend: ApiBack
     [stuck] = await manager_events(backend, name, "EvictionStuck", long)
     assert "contract C93" in stuck["message"], stuck
     assert f"Job {NAMESPACE}/{JOB}" in stuck["message"], stuck
+    assert f"its admitted copy vanished on {lost}:" in stuck["message"], stuck
     assert stuck["type"] == "Warning", stuck
     held = backend.workload(JOB) or {}
     assert is_true(held, "Evicted"), held
