@@ -26,7 +26,9 @@ What happens to one workload (contract points in brackets):
 
 A **fault** takes a worker down: it is disconnected (MultiKueueCluster ``Active=False``), admits
 nothing, and what ran there is lost; the manager notices the lost winners after
-``worker_lost_timeout_s`` (C29) and requeues them. The worker comes back empty. A workload that
+``worker_lost_timeout_s`` (C29) and requeues them, releasing their manager quota then (real
+Kueue holds it until the manager Job shows no active pods, C93: a simplification,
+docs/simulator.md). The worker comes back empty. A workload that
 was never admitted keeps its manager quota for as long as the outage lasts (Kueue releases quota
 only for a workload admitted on a lost worker).
 
