@@ -223,13 +223,14 @@ class StuckDetector:
     ) -> None:
         """Report an eviction Kueue will not finish (C93): ``Evicted=True`` beside
         ``QuotaReserved=True`` for ``stuck_after_seconds``, and no copy of the workload on any
-        worker.
+        worker of its MultiKueueConfig.
 
         Kueue gives the manager's quota back only once the manager Job shows no active pods
         (C37), and that count is the worker's, copied by MultiKueue from a worker that still
-        has a copy. With a copy left (C92's evicting copy, or one on a worker that cannot be
-        seen now) the release may still come and nothing is reported; the workload is looked at
-        again after the threshold, since nothing else need change while it waits."""
+        has a copy. With a copy left (C92's evicting copy, or one on a worker of the config that
+        cannot be seen now) the release may still come and nothing is reported; the workload
+        is looked at again after the threshold, since nothing else need change while it
+        waits."""
         status = workload.get("status") or {}
         conditions = {
             str(c.get("type")): str(c.get("status")) for c in status.get("conditions") or []
@@ -245,7 +246,13 @@ class StuckDetector:
         if now - since < threshold:
             self._queue.add_after(key, threshold - (now - since))
             return
-        for cluster, worker in self._registry.workers.items():
+        check, _ = multikueue_check_state(workload, self._registry.multikueue_checks())
+        if check is None:
+            return  # not dispatched by MultiKueue: its Job runs on the manager, no copy to wait for
+        for cluster in self._registry.config_of(check)[1]:
+            worker = self._registry.workers.get(cluster)
+            if worker is None:
+                continue  # no MultiKueueCluster of that name: Kueue has no copy there either
             index = self._index(cluster)
             if index is None or not worker.connected or key in index.copies:
                 self._queue.add_after(key, threshold)

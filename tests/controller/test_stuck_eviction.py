@@ -36,7 +36,9 @@ def _condition(kind: str, status: str, at: str = EVICTED_AT, reason: str = "") -
     }
 
 
-def _manager_workload(*conditions: dict[str, Any]) -> dict[str, Any]:
+def _manager_workload(
+    *conditions: dict[str, Any], checks: tuple[str, ...] = ("multikueue",)
+) -> dict[str, Any]:
     wl = workload("job-train-1a2b3")
     wl["metadata"]["ownerReferences"] = [
         {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "controller": True}
@@ -44,6 +46,7 @@ def _manager_workload(*conditions: dict[str, Any]) -> dict[str, Any]:
     wl["status"] = {
         "conditions": list(conditions),
         "admission": {"clusterQueue": "cluster-queue"},
+        "admissionChecks": [{"name": check, "state": "Pending"} for check in checks],
     }
     return wl
 
@@ -58,7 +61,9 @@ STUCK = (
 class Case:
     conditions: tuple[dict[str, Any], ...]
     seconds_after: float
+    checks: tuple[str, ...] = ("multikueue",)
     copy_on: str | None = None
+    down: str | None = None
     reported_before: str | None = None
     copy_lost_on: str | None = None
     reported: bool = False
@@ -76,6 +81,10 @@ CASES = [
         Case(STUCK, 20.0, copy_on="w2", requeued_after=THRESHOLD),
         id="a-copy-left-on-a-worker-may-still-finish-it",
     ),
+    pytest.param(
+        Case(STUCK, 20.0, down="w1", requeued_after=THRESHOLD),
+        id="a-worker-of-its-config-out-of-sight-may-hold-a-copy",
+    ),
     pytest.param(Case(STUCK, 20.0, reported_before=EVICTED_AT), id="this-eviction-reported-once"),
     pytest.param(
         Case(STUCK, 20.0, reported_before="2026-01-01T00:00:30Z", reported=True),
@@ -86,6 +95,7 @@ CASES = [
         Case((*STUCK, _condition("Finished", "True")), 20.0), id="finished-nothing-to-release"
     ),
     pytest.param(Case(STUCK[:1], 20.0), id="not-evicted"),
+    pytest.param(Case(STUCK, 20.0, checks=()), id="no-multikueue-check-its-job-runs-here"),
 ]
 
 
@@ -106,6 +116,10 @@ async def test_a_stuck_eviction_is_reported_once_when_no_copy_is_left(
             await mirror.api.create(WORKLOADS, copy_, namespace="default")
             copy_on = case.copy_on
             await w.wait(lambda: KEY in getattr(nominator._index(copy_on), "copies", ()))
+        if case.down is not None:
+            worker = w.mirrors.workers[case.down]
+            await w.workers[case.down].down()
+            await w.wait(lambda: not worker.connected)
         events: list[tuple[str, str, str]] = []
         monkeypatch.setattr(
             nominator.events,
@@ -119,7 +133,7 @@ async def test_a_stuck_eviction_is_reported_once_when_no_copy_is_left(
             record.copies_lost[case.copy_lost_on] = 0.0
         evicted = parse_time(EVICTED_AT)
         assert evicted is not None
-        wl = _manager_workload(*case.conditions)
+        wl = _manager_workload(*case.conditions, checks=case.checks)
 
         nominator.stuck.check_eviction(KEY, wl, record, evicted + case.seconds_after)
 
