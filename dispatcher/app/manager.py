@@ -80,6 +80,7 @@ def controller_config(settings: Settings, host: PluginHost | None = None) -> Con
         algorithm="+".join(settings.algorithms),
         origin=settings.multikueue_origin,
         unplaceable_release=settings.unplaceable_release,
+        stuck_eviction_release=settings.stuck_eviction_release,
         unplaceable_patience_seconds=settings.unplaceable_patience_seconds,
     )
 

@@ -369,6 +369,18 @@ class Settings(BaseSettings):
         "`patch` on `workloads`. Off: such workloads are only reported (Events, "
         "`multikueue_dispatcher_unplaceable_quota`). docs/outage.md.",
     )
+    stuck_eviction_release: bool = Field(
+        default=CONTROLLER_DEFAULTS.stuck_eviction_release,
+        description="Opt-in release of a stuck eviction (contract C93: a manager Workload "
+        "evicted while its Job's pods were counted, with no copy left on any worker, keeps its "
+        "quota for good on Kueue v0.19): once reported, the dispatcher sets the manager Job's "
+        "`status.active` and `status.ready` to 0, as MultiKueue would copy them from a worker "
+        "whose Job has no pods, provided no Job of the workload on a worker of its "
+        "MultiKueueConfig still has active pods; Kueue then finishes the eviction and queues "
+        "the workload again (`EvictionReleased` Event, "
+        "`multikueue_dispatcher_stuck_eviction_releases_total`). Needs `patch` on "
+        "`jobs/status` (`batch`). Off: stuck evictions are only reported.",
+    )
     unplaceable_patience_seconds: float = Field(
         default=CONTROLLER_DEFAULTS.unplaceable_patience_seconds,
         gt=0,

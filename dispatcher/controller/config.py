@@ -61,6 +61,11 @@ class ControllerConfig:
     """Release the manager quota of unplaceable workloads (deactivate them) after
     ``unplaceable_patience_seconds``, and restore them when an eligible worker is back
     (:mod:`dispatcher.controller.outage`, ``docs/outage.md``). Off by default."""
+    stuck_eviction_release: bool = False
+    """Release a stuck eviction (C93) once reported: set the manager Job's ``status.active``
+    and ``status.ready`` to 0, as MultiKueue would copy them from a worker whose Job has no
+    pods, when no Job of the workload on a worker of its config still has active pods
+    (:meth:`dispatcher.controller.stuck.StuckDetector.check_eviction`). Off by default."""
     unplaceable_patience_seconds: float = 60.0
     """How long a workload stays unplaceable before its first release (later releases of the
     same workload wait twice as long each time)."""

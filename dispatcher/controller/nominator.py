@@ -526,7 +526,7 @@ class Nominator:
         status = workload.get("status") or {}
         if not verdict.eligible:
             await self.stuck.check_finished_unrecorded(key, workload, record, checks)
-            self.stuck.check_eviction(key, workload, record, self._now())
+            await self.stuck.check_eviction(key, workload, record, self._now())
             self._not_eligible(key, workload, record)
             await self._outside_dispatch(key, workload, record)
             return "not eligible"

@@ -39,6 +39,8 @@ class Record:
     stuck_reported: bool = False
     eviction_reported: float | None = None
     """The ``Evicted`` transition (epoch seconds) already reported as a stuck eviction (C93)."""
+    eviction_released: float | None = None
+    """The ``Evicted`` transition whose stuck eviction the opt-in policy released (C93)."""
     event_message: str = ""
     first_nominated_at: float | None = None
     admission_reported: bool = False

@@ -16,7 +16,7 @@ more). Reported once per eviction: a log line, an ``EvictionStuck`` Event and
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from dispatcher.clusters.registry import ClusterRegistry
@@ -26,6 +26,7 @@ from dispatcher.controller.records import PITFALL_ADVICE, Record, parse_time, tr
 from dispatcher.controller.snapshots import ORIGIN_LABEL, WorkerIndex, owner_job
 from dispatcher.controller.workqueue import WorkQueue
 from dispatcher.k8s.errors import ApiError
+from dispatcher.k8s.patching import MERGE_PATCH
 from dispatcher.k8s.resources import JOBS
 from dispatcher.kueue.eligibility import multikueue_check_state
 from dispatcher.telemetry.metrics import Metrics
@@ -218,12 +219,12 @@ class StuckDetector:
             f"admission check {check} stayed Pending: {PITFALL_ADVICE}",
         )
 
-    def check_eviction(
+    async def check_eviction(
         self, key: str, workload: Mapping[str, Any], record: Record, now: float
     ) -> None:
         """Report an eviction Kueue will not finish (C93): ``Evicted=True`` beside
         ``QuotaReserved=True`` for ``stuck_after_seconds``, and no copy of the workload on any
-        worker of its MultiKueueConfig.
+        worker of its MultiKueueConfig; with ``stuck_eviction_release``, then release it.
 
         Kueue gives the manager's quota back only once the manager Job shows no active pods
         (C37), and that count is the worker's, copied by MultiKueue from a worker that still
@@ -240,7 +241,10 @@ class StuckDetector:
         if conditions.get("Finished") == "True":
             return
         since = transition_time(workload, "Evicted")
-        if since is None or record.eviction_reported == since:
+        release = self._config.stuck_eviction_release
+        if since is None or (
+            record.eviction_reported == since and (not release or record.eviction_released == since)
+        ):
             return
         threshold = self._config.stuck_after_seconds
         if now - since < threshold:
@@ -249,6 +253,7 @@ class StuckDetector:
         check, _ = multikueue_check_state(workload, self._registry.multikueue_checks())
         if check is None:
             return  # not dispatched by MultiKueue: its Job runs on the manager, no copy to wait for
+        workers = []
         for cluster in self._registry.config_of(check)[1]:
             worker = self._registry.workers.get(cluster)
             if worker is None:
@@ -257,29 +262,52 @@ class StuckDetector:
             if index is None or not worker.connected or key in index.copies:
                 self._queue.add_after(key, threshold)
                 return
-        record.eviction_reported = since
-        meta = workload.get("metadata") or {}
-        namespace = str(meta.get("namespace", ""))
+            workers.append(cluster)
+        if record.eviction_reported != since:
+            record.eviction_reported = since
+            self._report_eviction(key, workload, record, now - since)
+        if release and record.eviction_released != since:
+            if await self._release_eviction(key, workload, workers):
+                record.eviction_released = since
+            else:
+                self._queue.add_after(key, threshold)
+
+    def _report_eviction(
+        self, key: str, workload: Mapping[str, Any], record: Record, age: float
+    ) -> None:
+        """Log, count and emit the ``EvictionStuck`` Event of a stuck eviction (C93)."""
+        status = workload.get("status") or {}
+        namespace = str((workload.get("metadata") or {}).get("namespace", ""))
         evicted: Mapping[str, Any] = next(
             (c for c in status.get("conditions") or [] if c.get("type") == "Evicted"), {}
         )
         owner = owner_job(workload)
-        release = (
-            f"set the status.active of Job {namespace}/{owner} to 0 (kubectl patch job {owner} "
-            f"-n {namespace} --subresource=status --type=merge "
-            """-p '{"status":{"active":0,"ready":0}}'), or delete the Job and submit it again"""
-            if owner is not None
-            else "set its owner's count of active pods to 0 as MultiKueue would, or delete the "
-            "owner and submit it again"
-        )
         vanished = (
             f" (its admitted copy vanished on {', '.join(sorted(record.copies_lost))}: check "
             f"that its Job runs there no more)"
             if record.copies_lost
             else ""
         )
+        if self._config.stuck_eviction_release and owner is not None:
+            vanished = ""
+            release = (
+                f"the dispatcher sets the status.active of Job {namespace}/{owner} to 0 once no "
+                f"Job of it on a worker has active pods (stuck_eviction_release)"
+            )
+        elif owner is not None:
+            release = (
+                f"set the status.active of Job {namespace}/{owner} to 0 (kubectl patch job "
+                f"{owner} -n {namespace} --subresource=status --type=merge "
+                """-p '{"status":{"active":0,"ready":0}}'), or delete the Job and submit it """
+                "again"
+            )
+        else:
+            release = (
+                "set its owner's count of active pods to 0 as MultiKueue would, or delete the "
+                "owner and submit it again"
+            )
         message = (
-            f"evicted {now - since:.0f}s ago ({evicted.get('reason', '')}: "
+            f"evicted {age:.0f}s ago ({evicted.get('reason', '')}: "
             f"{evicted.get('message', '')}) and still holding the manager's quota, with no copy "
             f"left on any worker: Kueue releases the quota only once the manager Job shows no "
             f"active pods, a count it copies from a worker's copy, so it never will (contract "
@@ -287,17 +315,92 @@ class StuckDetector:
         )
         log.error("workload %s: eviction stuck: %s", key, message, extra={"workload": key})
         if self._metrics is not None:
-            cq = str((status.get("admission") or {}).get("clusterQueue") or "")
-            self._metrics.stuck_eviction(cluster_queue=cq)
+            self._metrics.stuck_eviction(cluster_queue=_cluster_queue(workload))
         self._events.record(workload, "EvictionStuck", message, "Warning")
+
+    async def _release_eviction(
+        self, key: str, workload: Mapping[str, Any], workers: Sequence[str]
+    ) -> bool:
+        """The opt-in release of a stuck eviction (C93): the manager Job's ``status.active``
+        and ``status.ready`` set to 0, what MultiKueue would copy from a worker whose Job has
+        no pods. Not while a Job of the workload on one of ``workers`` (its MultiKueueConfig's,
+        all in sight) still has active pods: its pods may still run there. Whether it is done
+        (False: look again later)."""
+        namespace = str((workload.get("metadata") or {}).get("namespace", ""))
+        owner = owner_job(workload)
+        if owner is None:
+            return True  # nothing this policy can write; reported as such
+        for cluster in workers:
+            worker = self._registry.workers.get(cluster)
+            if worker is None or worker.mirror is None:
+                return False
+            try:
+                job = await worker.mirror.api.get(JOBS, owner, namespace)
+            except ApiError as error:
+                if error.status == 404:
+                    continue
+                log.info(
+                    "workload %s: could not read Job %s/%s on %s before releasing its eviction: %s",
+                    key,
+                    namespace,
+                    owner,
+                    cluster,
+                    error,
+                    extra={"workload": key, "cluster": cluster},
+                )
+                return False
+            labels = (job.get("metadata") or {}).get("labels") or {}
+            active = int((job.get("status") or {}).get("active") or 0)
+            if labels.get(ORIGIN_LABEL) == self._config.origin and active:
+                log.info(
+                    "workload %s: its Job on %s still has %d active pods; the release of its "
+                    "eviction waits for them",
+                    key,
+                    cluster,
+                    active,
+                    extra={"workload": key, "cluster": cluster},
+                )
+                return False
+        try:
+            await self._registry.manager.api.request(
+                "PATCH",
+                JOBS.path(namespace, owner, "status"),
+                query=[("fieldManager", self._config.field_manager)],
+                body={"status": {"active": 0, "ready": 0}},
+                content_type=MERGE_PATCH,
+            )
+        except ApiError as error:
+            if error.status == 404:
+                return True  # the Job is gone: Kueue releases the quota with it
+            log.warning(
+                "workload %s: could not release its stuck eviction (Job %s/%s status): %s",
+                key,
+                namespace,
+                owner,
+                error,
+                extra={"workload": key},
+            )
+            return False
+        message = (
+            f"set status.active and status.ready of Job {namespace}/{owner} to 0: no copy of it "
+            f"is left on any worker and none of its Jobs there has active pods, so Kueue can "
+            f"finish the eviction and queue it again (contract C93, stuck_eviction_release)"
+        )
+        log.info("workload %s: eviction released: %s", key, message, extra={"workload": key})
+        if self._metrics is not None:
+            self._metrics.stuck_eviction_release(cluster_queue=_cluster_queue(workload))
+        self._events.record(workload, "EvictionReleased", message, "Normal")
+        return True
 
     def report(self, key: str, workload: Mapping[str, Any], record: Record, message: str) -> None:
         """Log, count and emit an ``AdmissionStuck`` Event, once per workload."""
         record.stuck_reported = True
         log.error("workload %s is stuck: %s", key, message, extra={"workload": key})
         if self._metrics is not None:
-            cq = str(
-                ((workload.get("status") or {}).get("admission") or {}).get("clusterQueue") or ""
-            )
-            self._metrics.stuck_workload(cluster_queue=cq)
+            self._metrics.stuck_workload(cluster_queue=_cluster_queue(workload))
         self._events.record(workload, "AdmissionStuck", message, "Warning")
+
+
+def _cluster_queue(workload: Mapping[str, Any]) -> str:
+    """The manager ClusterQueue a workload's quota is reserved in ('' when none)."""
+    return str(((workload.get("status") or {}).get("admission") or {}).get("clusterQueue") or "")

@@ -247,6 +247,15 @@ STUCK_EVICTIONS = Series(
     "still holding the manager's quota, and no copy of them left on any worker, so Kueue has "
     "nothing to copy the Job's status from and never releases the quota (contract C93).",
 )
+STUCK_EVICTION_RELEASES = Series(
+    PREFIX + "stuck_eviction_releases",
+    "counter",
+    "1",
+    ("cluster_queue",),
+    "Stuck evictions the opt-in stuck_eviction_release policy released: the manager Job's "
+    "status.active and status.ready set to 0, so that Kueue finishes the eviction (contract "
+    "C93).",
+)
 GPU_TYPE_MISMATCHES = Series(
     PREFIX + "gpu_type_mismatches",
     "counter",
@@ -306,6 +315,7 @@ SERIES: tuple[Series, ...] = (
     PLUGIN_INFO,
     STUCK_WORKLOADS,
     STUCK_EVICTIONS,
+    STUCK_EVICTION_RELEASES,
     GPU_TYPE_MISMATCHES,
     EVENT_LOOP_TASKS,
     UNPLACEABLE_QUOTA,
@@ -370,6 +380,7 @@ class Metrics:
         self._no_feasible = counter(NO_FEASIBLE_CLUSTER)
         self._stuck = counter(STUCK_WORKLOADS)
         self._stuck_evictions = counter(STUCK_EVICTIONS)
+        self._stuck_eviction_releases = counter(STUCK_EVICTION_RELEASES)
         self._gpu_mismatches = counter(GPU_TYPE_MISMATCHES)
         self._unplaceable_actions = counter(UNPLACEABLE_ACTIONS)
         self._decision_latency = histogram(DECISION_LATENCY, DECISION_LATENCY_BUCKETS)
@@ -494,6 +505,12 @@ class Metrics:
     def stuck_eviction(self, *, cluster_queue: str) -> None:
         """Count one manager Workload found stuck in an eviction (contract C93)."""
         self._stuck_evictions.add(1, {"cluster_queue": cluster_queue, "replica_role": self._role})
+
+    def stuck_eviction_release(self, *, cluster_queue: str) -> None:
+        """Count one stuck eviction the opt-in policy released (contract C93)."""
+        self._stuck_eviction_releases.add(
+            1, {"cluster_queue": cluster_queue, "replica_role": self._role}
+        )
 
     def gpu_type_mismatch(self, *, cluster: str, kind: Literal["required", "preferred"]) -> None:
         """Count one workload admitted on ``cluster`` on a GPU type it does not require or

@@ -16,8 +16,10 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from dispatcher.controller.config import ControllerConfig
 from dispatcher.controller.records import Record, parse_time
-from dispatcher.k8s.resources import WORKLOADS
+from dispatcher.k8s.patching import MERGE_PATCH
+from dispatcher.k8s.resources import JOBS, WORKLOADS
 from dispatcher.telemetry.metrics import Metrics
 from dispatcher_sandbox.harness.controller import workload, world
 
@@ -135,7 +137,7 @@ async def test_a_stuck_eviction_is_reported_once_when_no_copy_is_left(
         assert evicted is not None
         wl = _manager_workload(*case.conditions, checks=case.checks)
 
-        nominator.stuck.check_eviction(KEY, wl, record, evicted + case.seconds_after)
+        await nominator.stuck.check_eviction(KEY, wl, record, evicted + case.seconds_after)
 
         if case.reported:
             [(reason, message, kind)] = events
@@ -149,21 +151,129 @@ async def test_a_stuck_eviction_is_reported_once_when_no_copy_is_left(
             assert (vanished in message) == (case.copy_lost_on is not None), message
             assert "Job default/train to 0" in message, message
             assert "kubectl patch job train -n default --subresource=status" in message, message
-            assert _stuck_evictions(prometheus) == 1.0
+            assert _counted(prometheus, STUCK_EVICTIONS) == 1.0
             assert record.eviction_reported == evicted
         else:
             assert events == []
-            assert _stuck_evictions(prometheus) == 0.0
+            assert _counted(prometheus, STUCK_EVICTIONS) == 0.0
             assert record.eviction_reported == parse_time(case.reported_before)
         assert requeued == ([case.requeued_after] if case.requeued_after is not None else [])
 
 
-def _stuck_evictions(prometheus: CollectorRegistry) -> float:
-    """The counter's total over its series (cluster_queue ``cluster-queue`` only here)."""
+@dataclass(frozen=True)
+class ReleaseCase:
+    worker_job: tuple[str, dict[str, str], int] | None = None
+    """A Job of the workload's name on a worker: (worker, its labels, its active pods)."""
+    manager_job: bool = True
+    reported_before: bool = False
+    released: bool = True
+
+
+OURS = {"kueue.x-k8s.io/multikueue-origin": "multikueue"}
+RELEASES = [
+    pytest.param(ReleaseCase(), id="no-job-left-on-any-worker-released"),
+    pytest.param(
+        ReleaseCase(worker_job=("w1", OURS, 1), released=False),
+        id="its-job-on-a-worker-still-has-pods-waits",
+    ),
+    pytest.param(ReleaseCase(worker_job=("w2", OURS, 0)), id="its-job-there-stopped-released"),
+    pytest.param(
+        ReleaseCase(worker_job=("w1", {}, 1)), id="a-same-named-job-not-ours-does-not-hold-it"
+    ),
+    pytest.param(ReleaseCase(reported_before=True), id="reported-earlier-released-on-a-later-look"),
+    pytest.param(ReleaseCase(manager_job=False), id="the-job-is-gone-nothing-to-write"),
+]
+
+
+@pytest.mark.parametrize("case", RELEASES)
+async def test_the_opt_in_release_sets_the_manager_jobs_active_pods_to_zero(
+    case: ReleaseCase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``stuck_eviction_release``: once the eviction is reported, the manager Job's
+    ``status.active``/``ready`` go to 0 (what MultiKueue would copy from a worker whose Job has
+    no pods), unless a Job of ours on a worker of the config still has active pods."""
+    prometheus = CollectorRegistry()
+    config = ControllerConfig(
+        resync_seconds=3600.0, sync_grace_seconds=10.0, stuck_eviction_release=True
+    )
+    async with world(workers=("w1", "w2"), config=config) as w:
+        w.metrics = Metrics(registry=prometheus)
+        nominator = await w.start_dispatcher()
+        if case.manager_job:
+            await w.api.create(JOBS, _job({}), namespace="default")
+            await w.api.request(
+                "PATCH",
+                JOBS.path("default", "train", "status"),
+                body={"status": {"active": 1, "ready": 1}},
+                content_type=MERGE_PATCH,
+            )
+        if case.worker_job is not None:
+            cluster, labels, active = case.worker_job
+            mirror = w.mirrors.workers[cluster].mirror
+            assert mirror is not None
+            await mirror.api.create(JOBS, _job(labels), namespace="default")
+            await mirror.api.request(
+                "PATCH",
+                JOBS.path("default", "train", "status"),
+                body={"status": {"active": active}},
+                content_type=MERGE_PATCH,
+            )
+        events: list[tuple[str, str]] = []
+        monkeypatch.setattr(
+            nominator.events,
+            "record",
+            lambda wl, reason, message, kind: events.append((reason, kind)),
+        )
+        requeued: list[float] = []
+        monkeypatch.setattr(nominator.queue, "add_after", lambda key, delay: requeued.append(delay))
+        evicted = parse_time(EVICTED_AT)
+        assert evicted is not None
+        record = Record(eviction_reported=evicted if case.reported_before else None)
+
+        await nominator.stuck.check_eviction(KEY, _manager_workload(*STUCK), record, evicted + 20)
+
+        stuck = [] if case.reported_before else [("EvictionStuck", "Warning")]
+        if case.manager_job:
+            job = await w.api.get(JOBS, "train", "default")
+            status = job.get("status") or {}
+            after = (status.get("active"), status.get("ready"))
+            assert after == ((0, 0) if case.released else (1, 1)), status
+        if case.released and case.manager_job:
+            assert events == [*stuck, ("EvictionReleased", "Normal")]
+            assert _counted(prometheus, STUCK_EVICTION_RELEASES) == 1.0
+        else:
+            assert events == stuck
+            assert _counted(prometheus, STUCK_EVICTION_RELEASES) == 0.0
+        assert record.eviction_released == (evicted if case.released else None)
+        assert requeued == ([] if case.released else [THRESHOLD])
+
+
+def _job(labels: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "train", "namespace": "default", "labels": labels},
+        "spec": {
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "main", "image": "busybox"}],
+                }
+            }
+        },
+    }
+
+
+STUCK_EVICTIONS = "multikueue_dispatcher_stuck_evictions_total"
+STUCK_EVICTION_RELEASES = "multikueue_dispatcher_stuck_eviction_releases_total"
+
+
+def _counted(prometheus: CollectorRegistry, name: str) -> float:
+    """A counter's total over its series (cluster_queue ``cluster-queue`` only here)."""
     total = 0.0
     for family in prometheus.collect():
         for sample in family.samples:
-            if sample.name == "multikueue_dispatcher_stuck_evictions_total":
+            if sample.name == name:
                 assert sample.labels["cluster_queue"] == "cluster-queue", sample
                 total += sample.value
     return total

@@ -53,8 +53,14 @@ EXTRA_READS = {
 # Granted for the opt-in unplaceable_release policy (off in the recorded run: nothing is
 # unplaceable there); tests/controller/test_unplaceable.py exercises it. Events patch: a repeat
 # of an Event already recorded raises its count (the recorded run repeats none);
-# tests/controller/test_events.py exercises it.
-EXTRA_WRITES = {("kueue.x-k8s.io", "workloads", "patch"), ("", "events", "patch")}
+# tests/controller/test_events.py exercises it. Jobs status patch: the opt-in
+# stuck_eviction_release policy (off in the recorded run: nothing is stuck there);
+# tests/controller/test_stuck_eviction.py and tests/e2e/test_e2e_copy_lost.py exercise it.
+EXTRA_WRITES = {
+    ("kueue.x-k8s.io", "workloads", "patch"),
+    ("", "events", "patch"),
+    ("batch", "jobs/status", "patch"),
+}
 EXTRA_WORKER_READS = {
     ("kueue.x-k8s.io", r, "get")
     for r in ("clusterqueues", "localqueues", "resourceflavors", "workloads")

@@ -29,6 +29,7 @@ import anyio
 import pytest
 from kubernetes_asyncio import client
 
+from dispatcher.app.settings import ENV_PREFIX
 from dispatcher.kueue.eligibility import ADMITTING_REMOTE_GONE
 from dispatcher.topology import WorkloadLine
 from dispatcher_sandbox.harness.e2e.backend import (
@@ -65,8 +66,27 @@ def held_cpu_job() -> WorkloadLine:
     return WorkloadLine.model_validate(data)
 
 
-async def test_a_worker_that_lost_the_admitted_copy_is_left_out(backend: ApiBackend) -> None:
+@pytest.mark.parametrize(
+    "released_by",
+    [
+        pytest.param("hand", id="released-by-hand-as-the-event-says"),
+        pytest.param("dispatcher", id="released-by-the-opt-in-stuck-eviction-release"),
+    ],
+)
+async def test_a_worker_that_lost_the_admitted_copy_is_left_out(
+    backend: ApiBackend, released_by: str
+) -> None:
     await backend.reset()
+    if released_by == "dispatcher":
+        await backend.set_dispatcher_env({f"{ENV_PREFIX}STUCK_EVICTION_RELEASE": "true"})
+    try:
+        await lost_copy(backend, released_by)
+    finally:
+        if released_by == "dispatcher":
+            await backend.set_dispatcher_env({})
+
+
+async def lost_copy(backend: ApiBackend, released_by: str) -> None:
     recorder = recorder_of(backend)
     since = recorder.mark()
     long = backend.timeouts.long
@@ -96,21 +116,26 @@ async def test_a_worker_that_lost_the_admitted_copy_is_left_out(backend: ApiBack
     [stuck] = await manager_events(backend, name, "EvictionStuck", long)
     assert "contract C93" in stuck["message"], stuck
     assert f"Job {NAMESPACE}/{JOB}" in stuck["message"], stuck
-    assert f"its admitted copy vanished on {lost}:" in stuck["message"], stuck
     assert stuck["type"] == "Warning", stuck
-    held = backend.workload(JOB) or {}
-    assert is_true(held, "Evicted"), held
-    assert is_true(held, "QuotaReserved"), held
-    assert not held["status"].get("clusterName"), held
-    assert not held["status"].get("nominatedClusterNames"), held
-
-    # The release the Event names; Kueue then finishes the eviction and reserves again.
-    await jobs.patch_namespaced_job_status(  # type: ignore[call-arg]  # a dict body is taken too
-        JOB,
-        NAMESPACE,
-        {"status": {"active": 0, "ready": 0}},
-        _content_type="application/merge-patch+json",
-    )
+    if released_by == "hand":
+        assert f"its admitted copy vanished on {lost}:" in stuck["message"], stuck
+        held = backend.workload(JOB) or {}
+        assert is_true(held, "Evicted"), held
+        assert is_true(held, "QuotaReserved"), held
+        assert not held["status"].get("clusterName"), held
+        assert not held["status"].get("nominatedClusterNames"), held
+        # The release the Event names; Kueue then finishes the eviction and reserves again.
+        await jobs.patch_namespaced_job_status(  # type: ignore[call-arg]  # a dict body too
+            JOB,
+            NAMESPACE,
+            {"status": {"active": 0, "ready": 0}},
+            _content_type="application/merge-patch+json",
+        )
+    else:
+        assert "(stuck_eviction_release)" in stuck["message"], stuck
+        [released] = await manager_events(backend, name, "EvictionReleased", long)
+        assert released["type"] == "Normal", released
+        assert f"Job {NAMESPACE}/{JOB} to 0" in released["message"], released
     await backend.wait_workload(JOB, admitted_on(other), f"admitted again, on {other}", long)
 
     [trace] = recorder.export(since)["jobs"][JOB]

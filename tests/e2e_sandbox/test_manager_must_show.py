@@ -39,7 +39,10 @@ from dispatcher_sandbox.harness.scenario import (
 pytestmark = pytest.mark.slow
 
 STUCK_SERIES = "multikueue_dispatcher_stuck_workloads_total"
-STUCK_EVICTION_SERIES = "multikueue_dispatcher_stuck_evictions_total"
+STUCK_EVICTION_SERIES = {
+    "multikueue_dispatcher_stuck_evictions_total",
+    "multikueue_dispatcher_stuck_eviction_releases_total",
+}
 NO_FEASIBLE_SERIES = "multikueue_dispatcher_no_feasible_cluster_total"
 GPU_MISMATCH_SERIES = "multikueue_dispatcher_gpu_type_mismatches_total"
 START_ERROR_SERIES = "multikueue_dispatcher_predicted_start_error_seconds"
@@ -400,7 +403,7 @@ async def test_metrics_show_documented_series_and_explain_prints_verdicts(
         for series, kind in documented_series().items():
             if series == STUCK_SERIES:
                 continue  # only after the pitfall: test_field_manager_pitfall[none]
-            if series == STUCK_EVICTION_SERIES:
+            if series in STUCK_EVICTION_SERIES:
                 continue  # only after a copy vanished: tests/controller/test_stuck_eviction.py
             if series == NO_FEASIBLE_SERIES:
                 continue  # only when no cluster can take a workload: test_scrape_after_faults

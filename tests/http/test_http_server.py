@@ -176,6 +176,7 @@ async def test_metrics_scrape_shows_the_documented_series_with_their_types() -> 
         metrics.add_plugin_info("gpu-type-affinity", distribution="built-in", version="0.1.0")
         metrics.stuck_workload(cluster_queue="cq-gpu")
         metrics.stuck_eviction(cluster_queue="cq-gpu")
+        metrics.stuck_eviction_release(cluster_queue="cq-gpu")
         metrics.gpu_type_mismatch(cluster="worker-h100", kind="required")
         metrics.filtered_cluster(plugin="gpu-type", reason=RejectionReason.GPU_TYPE_MISMATCH)
         metrics.no_feasible_cluster(cluster_queue="cq-gpu", algorithm="capacity-first")

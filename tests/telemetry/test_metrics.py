@@ -36,6 +36,7 @@ def exercise(metrics: Metrics) -> None:
     metrics.add_plugin_info("capacity-first", distribution="built-in", version="0.1.0")
     metrics.stuck_workload(cluster_queue="cq-gpu")
     metrics.stuck_eviction(cluster_queue="cq-gpu")
+    metrics.stuck_eviction_release(cluster_queue="cq-gpu")
     metrics.gpu_type_mismatch(cluster="c", kind="preferred")
     metrics.filtered_cluster(plugin="gpu-type", reason=RejectionReason.GPU_TYPE_MISMATCH)
     metrics.no_feasible_cluster(cluster_queue="cq-gpu", algorithm="a+b")
