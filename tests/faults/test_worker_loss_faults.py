@@ -186,11 +186,13 @@ async def test_worker_refuses_then_slow_then_returns(
         await a100.up()
         up_at = anyio.current_time()
         included: list[float] = []
+        phases: list[str] = []
 
         async def inclusion() -> None:
             # worker-a100 connected (through 2 s requests) and Kueue reports it Active again.
             await _until(changes, lambda: _a100(registry).active, within=WITHIN)
             included.append(anyio.current_time())
+            phases.append(registry.workers[A100_WORKER].state.phase)
 
         async with anyio.create_task_group() as group:
             group.start_soon(inclusion)
@@ -200,7 +202,10 @@ async def test_worker_refuses_then_slow_then_returns(
         included_after = included[0] - up_at
         reconnecting = timeline.decision(reconnecting_names)
         before_inclusion = sum(nominations.first[n] < included[0] for n in reconnecting_names)
-        assert registry.workers[A100_WORKER].state.phase == "Connected"
+        # Connected when it was included. Not necessarily now: a stream of its mirror may
+        # have been cut since (every request to it takes 2 s) and be within the grace that
+        # keeps it usable (CI at f84a195 read "Disconnected" here).
+        assert phases == ["Connected"]
         # Excluded from the first to the last moment it was unusable: no nomination written
         # between going down and being included again named it.
         named = [
