@@ -21,7 +21,7 @@ from dispatcher.controller.records import PITFALL_ADVICE, Record, parse_time
 from dispatcher.controller.stuck import StuckDetector
 from dispatcher.controller.workqueue import WorkQueue
 from dispatcher.k8s.resources import JOBS
-from dispatcher_sandbox.harness.controller import world
+from dispatcher_sandbox.harness.controller import batch_job, world
 
 
 def _manager_workload() -> dict[str, Any]:
@@ -33,22 +33,6 @@ def _manager_workload() -> dict[str, Any]:
                 {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "controller": True}
             ],
         }
-    }
-
-
-def _job(labels: dict[str, str]) -> dict[str, Any]:
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": "train", "namespace": "default", "labels": labels},
-        "spec": {
-            "template": {
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [{"name": "main", "image": "busybox"}],
-                }
-            }
-        },
     }
 
 
@@ -75,7 +59,9 @@ async def test_the_workers_job_names_the_cause(
         if job_labels is not None:
             worker = w.mirrors.workers["w1"].mirror
             assert worker is not None
-            await worker.api.create(JOBS, _job(job_labels), namespace="default")
+            await worker.api.create(
+                JOBS, batch_job("train", labels=job_labels), namespace="default"
+            )
         cause = await nominator.stuck.cause("w1", _manager_workload())
         if blamed is None:
             assert cause is None

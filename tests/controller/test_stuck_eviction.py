@@ -21,7 +21,7 @@ from dispatcher.controller.records import Record, parse_time
 from dispatcher.k8s.patching import MERGE_PATCH
 from dispatcher.k8s.resources import JOBS, WORKLOADS
 from dispatcher.telemetry.metrics import Metrics
-from dispatcher_sandbox.harness.controller import workload, world
+from dispatcher_sandbox.harness.controller import batch_job, workload, world
 
 EVICTED_AT = "2026-01-01T00:01:00Z"
 THRESHOLD = 15.0  # ControllerConfig.stuck_after_seconds' default
@@ -200,7 +200,7 @@ async def test_the_opt_in_release_sets_the_manager_jobs_active_pods_to_zero(
         w.metrics = Metrics(registry=prometheus)
         nominator = await w.start_dispatcher()
         if case.manager_job:
-            await w.api.create(JOBS, _job({}), namespace="default")
+            await w.api.create(JOBS, batch_job("train"), namespace="default")
             await w.api.request(
                 "PATCH",
                 JOBS.path("default", "train", "status"),
@@ -211,7 +211,7 @@ async def test_the_opt_in_release_sets_the_manager_jobs_active_pods_to_zero(
             cluster, labels, active = case.worker_job
             mirror = w.mirrors.workers[cluster].mirror
             assert mirror is not None
-            await mirror.api.create(JOBS, _job(labels), namespace="default")
+            await mirror.api.create(JOBS, batch_job("train", labels=labels), namespace="default")
             await mirror.api.request(
                 "PATCH",
                 JOBS.path("default", "train", "status"),
@@ -246,22 +246,6 @@ async def test_the_opt_in_release_sets_the_manager_jobs_active_pods_to_zero(
             assert _counted(prometheus, STUCK_EVICTION_RELEASES) == 0.0
         assert record.eviction_released == (evicted if case.released else None)
         assert requeued == ([] if case.released else [THRESHOLD])
-
-
-def _job(labels: dict[str, str]) -> dict[str, Any]:
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": "train", "namespace": "default", "labels": labels},
-        "spec": {
-            "template": {
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [{"name": "main", "image": "busybox"}],
-                }
-            }
-        },
-    }
 
 
 STUCK_EVICTIONS = "multikueue_dispatcher_stuck_evictions_total"

@@ -87,6 +87,25 @@ def workload(
     }
 
 
+def batch_job(
+    name: str, namespace: str = "default", *, labels: dict[str, str] | None = None
+) -> Obj:
+    """A batch/v1 Job of one busybox container (no status)."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(labels or {})},
+        "spec": {
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "main", "image": "busybox"}],
+                }
+            }
+        },
+    }
+
+
 ELIGIBLE_STATUS = {
     "conditions": [
         {
