@@ -23,7 +23,12 @@ from dispatcher.clusters.registry import ClusterRegistry
 from dispatcher.controller.config import ControllerConfig
 from dispatcher.controller.events import EventRecorder
 from dispatcher.controller.records import PITFALL_ADVICE, Record, parse_time, transition_time
-from dispatcher.controller.snapshots import ORIGIN_LABEL, WorkerIndex, owner_job
+from dispatcher.controller.snapshots import (
+    ORIGIN_LABEL,
+    WorkerIndex,
+    condition_status,
+    owner_job,
+)
 from dispatcher.controller.workqueue import WorkQueue
 from dispatcher.k8s.errors import ApiError
 from dispatcher.k8s.patching import MERGE_PATCH
@@ -232,13 +237,11 @@ class StuckDetector:
         cannot be seen now) the release may still come and nothing is reported; the workload
         is looked at again after the threshold, since nothing else need change while it
         waits."""
-        status = workload.get("status") or {}
-        conditions = {
-            str(c.get("type")): str(c.get("status")) for c in status.get("conditions") or []
-        }
-        if conditions.get("Evicted") != "True" or conditions.get("QuotaReserved") != "True":
-            return
-        if conditions.get("Finished") == "True":
+        if (
+            condition_status(workload, "Evicted") != "True"
+            or condition_status(workload, "QuotaReserved") != "True"
+            or condition_status(workload, "Finished") == "True"
+        ):
             return
         since = transition_time(workload, "Evicted")
         release = self._config.stuck_eviction_release
