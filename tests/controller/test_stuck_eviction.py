@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
 
 from dispatcher.controller.config import ControllerConfig
 from dispatcher.controller.records import Record, parse_time
@@ -22,6 +22,7 @@ from dispatcher.k8s.patching import MERGE_PATCH
 from dispatcher.k8s.resources import JOBS, WORKLOADS
 from dispatcher.telemetry.metrics import Metrics
 from dispatcher_sandbox.harness.controller import batch_job, workload, world
+from dispatcher_sandbox.metrics_text import samples_of
 
 EVICTED_AT = "2026-01-01T00:01:00Z"
 THRESHOLD = 15.0  # ControllerConfig.stuck_after_seconds' default
@@ -254,10 +255,7 @@ STUCK_EVICTION_RELEASES = "multikueue_dispatcher_stuck_eviction_releases_total"
 
 def _counted(prometheus: CollectorRegistry, name: str) -> float:
     """A counter's total over its series (cluster_queue ``cluster-queue`` only here)."""
-    total = 0.0
-    for family in prometheus.collect():
-        for sample in family.samples:
-            if sample.name == name:
-                assert sample.labels["cluster_queue"] == "cluster-queue", sample
-                total += sample.value
-    return total
+    series = samples_of(generate_latest(prometheus).decode()).get(name, [])
+    for labels, _ in series:
+        assert labels["cluster_queue"] == "cluster-queue", labels
+    return sum(value for _, value in series)
