@@ -210,14 +210,11 @@ class _Observer:
             return
         job = self.by_workload.get(key)
         now = time.monotonic()
+        admitted, evicted = _true(obj, "Admitted"), _true(obj, "Evicted")
         if job is None:
-            self.early.setdefault(key, []).append(
-                (cluster, _true(obj, "Admitted"), _true(obj, "Evicted"), now)
-            )
+            self.early.setdefault(key, []).append((cluster, admitted, evicted, now))
             return
-        self._copy_seen(
-            self.followed[job], cluster, _true(obj, "Admitted"), _true(obj, "Evicted"), now
-        )
+        self._copy_seen(self.followed[job], cluster, admitted, evicted, now)
 
     @staticmethod
     def _copy_seen(item: Followed, cluster: str, admitted: bool, evicted: bool, at: float) -> None:
