@@ -2,9 +2,17 @@
 
 The contention: every GPU of both workers is held by low-priority Jobs. worker1 (2 A100s) holds
 two Jobs of one GPU each, worker2 (4 H100s) one Job of four; then two high-priority Jobs of two
-GPUs each, of no GPU type, are submitted together. Each worker ClusterQueue preempts
-``LowerPriority`` (``tests/e2e/topology.yaml``), so either worker would admit a high Job by
-preempting, and one preemption on worker2 (its single low Job) makes room for both.
+GPUs each, of no GPU type, are submitted one after the other: the second as soon as the first
+one's copy is on a worker, so it is decided while the first is still in flight (its preemption
+takes seconds). Each worker ClusterQueue preempts ``LowerPriority``
+(``tests/e2e/topology.yaml``), so either worker would admit a high Job by preempting, and one
+preemption on worker2 (its single low Job) makes room for both.
+
+Why not both at once: two identical Jobs created within the same second tie in Kueue's queue
+order (priority, then creationTimestamp, whose resolution is one second) and Kueue breaks the tie
+by Workload UID (C94), which is random; which one the manager reserves, and the dispatcher
+places, first was then a coin toss on every backend (CI at 9c452db: high-1 went to worker1 on the
+sandbox and to worker2 on real Kueue, and the differential failed on it).
 
 * **capacity-first alone** (``preemption: ignore``) does not look at what a preemption costs: the
   first high Job goes to worker1, the first in the MultiKueueConfig (both clusters tie: nothing
@@ -87,12 +95,17 @@ async def fill_workers(backend: ApiBackend, prefix: str) -> dict[str, str]:
 
 
 async def contend(backend: ApiBackend, prefix: str) -> dict[str, set[str]]:
-    """Fill the workers, submit the two high Jobs together, wait until both are admitted;
-    the workers that preempted each low Job."""
+    """Fill the workers, submit the two high Jobs (the second once the first one's copy is on a
+    worker), wait until both are admitted; the workers that preempted each low Job."""
     placement = await fill_workers(backend, prefix)
     high = [f"{prefix}-high-1", f"{prefix}-high-2"]
-    for name in high:
-        await backend.submit(job(name, 2, "high"))
+    await backend.submit(job(high[0], 2, "high"))
+    await backend.wait_for(
+        lambda: backend.copies_ever(high[0]) or None,
+        f"a copy of {high[0]} on a worker",
+        backend.timeouts.long,
+    )
+    await backend.submit(job(high[1], 2, "high"))
     for name in high:
         await backend.wait_workload(
             name,
