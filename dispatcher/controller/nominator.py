@@ -1368,7 +1368,7 @@ class Nominator:
 
     async def restore_ready(self) -> list[str]:
         """Restore every released workload that an eligible worker can run again, in Kueue's
-        queue order (creationTimestamp, then name); the keys restored."""
+        queue order (creationTimestamp, then UID, C94; then name); the keys restored."""
         while True:
             self._restore_wake = anyio.Event()
             ready = await self._ready_to_restore()
@@ -1377,7 +1377,9 @@ class Nominator:
             # Something changed while they were judged (a worker came back): judge them all
             # again, so the order covers every workload restorable now.
         restored = []
-        for _, key, held, back in sorted(ready, key=lambda r: (r[0], r[1])):
+        for _, key, held, back in sorted(
+            ready, key=lambda r: (r[0], str((r[2].get("metadata") or {}).get("uid", "")), r[1])
+        ):
             if await self._restore(key, held, back):
                 restored.append(key)
         return restored

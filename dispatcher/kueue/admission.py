@@ -7,7 +7,10 @@ placement (contract C69, C71, C72):
 
 * **Queue order** (:func:`queue_order`): priority descending, then the queue-order timestamp
   (creation time, or the eviction time after an eviction by an admission check, as Kueue's
-  ``GetQueueOrderTimestamp`` does), then the key for determinism. ``BestEffortFIFO`` tries every
+  ``GetQueueOrderTimestamp`` does), then the Workload's UID, as Kueue breaks ties (C94; the
+  timestamp has one-second resolution, so Jobs created in the same second often tie and their
+  order is then as random as their UIDs), then the key when no UID is known (the simulator's
+  workloads, hand-built models). ``BestEffortFIFO`` tries every
   pending workload in that order and skips those that do not fit; ``StrictFIFO`` stops a
   ClusterQueue behind its first workload that is not admitted.
 * **Flavor assignment** per pod set and resource group, flavors in ClusterQueue order, honouring
@@ -133,12 +136,15 @@ class PendingWorkload:
     """A workload waiting for quota in a ClusterQueue."""
 
     key: str
-    """``namespace/name`` (also the last tie-breaker of the queue order)."""
+    """``namespace/name`` (the queue order's last tie-breaker, after ``uid``)."""
     cluster_queue: str
     pod_sets: tuple[PodSetView, ...]
     priority: int = 0
     queued_at: datetime.datetime = EPOCH
     """Creation time, or the eviction time after an eviction by an admission check."""
+    uid: str = ""
+    """``metadata.uid``: Kueue's tie-breaker between equal priority and timestamp (C94); empty
+    where no object exists (the simulator), which leaves the tie to ``key``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -570,8 +576,9 @@ def _nominal(cluster_queue: ClusterQueueView, fr: FlavorResource) -> int:
 
 
 def queue_order(pending: Iterable[PendingWorkload]) -> list[PendingWorkload]:
-    """Kueue's queue order: priority descending, then queue-order timestamp, then key."""
-    return sorted(pending, key=lambda w: (-w.priority, w.queued_at, w.key))
+    """Kueue's queue order (C94): priority descending, then queue-order timestamp, then UID, then
+    key."""
+    return sorted(pending, key=lambda w: (-w.priority, w.queued_at, w.uid, w.key))
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 import itertools
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -31,6 +32,7 @@ from dispatcher.controller.outage import (
 )
 from dispatcher.k8s.resources import EVENTS, WORKLOADS
 from dispatcher.telemetry.metrics import Metrics
+from dispatcher_sandbox.fake_apiserver import handlers as fakeapi_handlers
 from dispatcher_sandbox.fake_apiserver import server as fakeapi_server
 from dispatcher_sandbox.harness.controller import (
     MERGE,
@@ -339,17 +341,31 @@ async def release_now(env: World, now: Now, name: str, wait: float) -> None:
     await env.wait(lambda: env.idle(name))
 
 
+@pytest.mark.parametrize(
+    "seconds_per_stamp",
+    [
+        pytest.param(1, id="created-seconds-apart-oldest-first"),
+        pytest.param(0, id="created-in-one-second-by-uid"),
+    ],
+)
 async def test_restore_oldest_first_and_the_next_release_waits_longer(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, seconds_per_stamp: int
 ) -> None:
     """Three unplaceable workloads are released after the patience; when w2 is back they are
-    restored in creation order (Kueue's queue order), not name order; w2 down again: a restored
+    restored in Kueue's queue order (C94): creation order, or, created within one second, UID
+    order (here the UIDs rise in creation order), never name order; w2 down again: a restored
     workload is not released again after one patience but after twice that."""
     ticks = itertools.count()
-    monkeypatch.setattr(  # the fake API's clock: one second per stamp, so creation order shows
+    monkeypatch.setattr(  # the fake API's clock: one stamp per call, so creation order shows
         fakeapi_server,
         "_now",
-        lambda: (BASE + datetime.timedelta(seconds=next(ticks))).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        lambda: (BASE + datetime.timedelta(seconds=seconds_per_stamp * next(ticks))).strftime(
+            "%Y-%m-%dT%H:%M:%SZ"
+        ),
+    )
+    uids = itertools.count(1)
+    monkeypatch.setattr(  # UIDs that rise with each object created, unlike the names below
+        fakeapi_handlers, "uuid", SimpleNamespace(uuid4=lambda: f"{next(uids):08x}-0000-4000")
     )
     now = Now()
     async with world(decide=allowed_only, config=policy(), now=now) as env:

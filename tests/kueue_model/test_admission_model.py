@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -429,6 +430,25 @@ def test_queue_order_priority_then_creation_then_name() -> None:
         "ns/b-same",
         "ns/early-low",
     ]
+
+
+UID_TIE_CASES = [
+    pytest.param("0a", "ff", ["ns/a", "ns/b"], id="lower-uid-of-a-first"),
+    pytest.param("ff", "0a", ["ns/b", "ns/a"], id="lower-uid-of-b-first-whatever-the-names"),
+]
+
+
+@pytest.mark.parametrize(("uid_a", "uid_b", "order"), UID_TIE_CASES)
+def test_c94_a_tie_in_priority_and_second_goes_by_uid_not_name(
+    uid_a: str, uid_b: str, order: list[str]
+) -> None:
+    # Two Jobs of equal priority created within the same second: Kueue compares UIDs.
+    pending = [
+        replace(wl("b", created=1), uid=uid_b),
+        replace(wl("a", created=1), uid=uid_a),
+        replace(wl("later", created=2), uid="00"),
+    ]
+    assert [w.key for w in queue_order(pending)] == [*order, "ns/later"]
 
 
 STRATEGY_CASES = [

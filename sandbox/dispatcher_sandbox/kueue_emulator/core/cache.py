@@ -370,6 +370,7 @@ class CoreCache(Controller):
                 pod_sets=tuple(parse_pod_set(ps) for ps in spec.get("podSets") or []),
                 priority=int(spec.get("priority") or 0),
                 queued_at=self._queued_at(wl),
+                uid=str((wl.get("metadata") or {}).get("uid", "")),
             )
             queued.append((wl, view))
         return queued, inadmissible, held
