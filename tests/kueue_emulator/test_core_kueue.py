@@ -188,7 +188,10 @@ async def test_c69_flavors_reservation_and_usage(crds_dir: Path) -> None:
         await env.wait_workload("a", has("QuotaReserved"))
         env.clock.advance(10)
         await env.wait_workload("a", has("Admitted"))
-        await create(env.api, workload("b", cpu="2"), workload("c", cpu="1"))
+        # One after the other: created in one second, they would tie and go by UID (C94).
+        await create(env.api, workload("b", cpu="2"))
+        await env.wait_workload("b", has("QuotaReserved"))
+        await create(env.api, workload("c", cpu="1"))
         await env.wait_workload("c", has("QuotaReserved", "False", "Pending"))
         cq = await env.wait_for("clusterqueues", "cq", counts(1, 2, 1))
         assert totals(cq, "flavorsReservation") == {("default", "cpu"): "3500m"}
@@ -333,7 +336,9 @@ async def test_c72_best_effort_fifo_skips_what_does_not_fit(kueue_env: KueueEnv)
     await basic_queue(env, cpu=4)
     await create(env.api, workload("running", cpu="2"))
     await env.wait_workload("running", has("Admitted"))
-    await create(env.api, workload("a-big", cpu="3"), workload("b-small", cpu="1"))
+    # The head by priority: created in one second at equal priority, the two would tie and go
+    # by UID (C94), not by name.
+    await create(env.api, workload("a-big", cpu="3", priority=1), workload("b-small", cpu="1"))
     await env.wait_workload("b-small", has("Admitted"))
     await env.wait_workload("a-big", has("QuotaReserved", "False", "Pending"))
 
@@ -343,7 +348,9 @@ async def test_c72_strict_fifo_blocks_behind_the_head(kueue_env: KueueEnv) -> No
     await basic_queue(env, cpu=4, queueing_strategy="StrictFIFO")
     await create(env.api, workload("running", cpu="2", run_seconds=60))
     await env.wait_workload("running", has("Admitted"))
-    await create(env.api, workload("a-big", cpu="3"), workload("b-small", cpu="1"))
+    # The head by priority: created in one second at equal priority, the two would tie and go
+    # by UID (C94), not by name.
+    await create(env.api, workload("a-big", cpu="3", priority=1), workload("b-small", cpu="1"))
     await env.wait_workload("a-big", has("QuotaReserved", "False", "Pending"))
     await env.wait_for("clusterqueues", "cq", counts(2, 1, 1))
     assert get_condition(await env.workload("b-small"), "QuotaReserved") is None
@@ -404,8 +411,9 @@ async def test_c72_lower_priority_preemption(kueue_env: KueueEnv) -> None:
 async def test_c72_run_seconds_then_finished(kueue_env: KueueEnv) -> None:
     env = kueue_env
     await basic_queue(env, cpu=2)
-    await create(env.api, workload("job", cpu="2", run_seconds=30), workload("next", cpu="2"))
+    await create(env.api, workload("job", cpu="2", run_seconds=30))
     await env.wait_workload("job", has("Admitted"))
+    await create(env.api, workload("next", cpu="2"))
     await env.wait_workload("next", has("QuotaReserved", "False", "Pending"))
     env.clock.advance(29)
     await env.wait_for("clusterqueues", "cq", counts(1, 1, 1))
@@ -421,8 +429,9 @@ async def test_c72_run_seconds_then_finished(kueue_env: KueueEnv) -> None:
 async def test_c72_deleted_workload_releases_quota(kueue_env: KueueEnv) -> None:
     env = kueue_env
     await basic_queue(env, cpu=2)
-    await create(env.api, workload("first", cpu="2"), workload("second", cpu="2"))
+    await create(env.api, workload("first", cpu="2"))
     await env.wait_workload("first", has("Admitted"))
+    await create(env.api, workload("second", cpu="2"))
     await env.wait_workload("second", has("QuotaReserved", "False", "Pending"))
     await env.custom.delete_namespaced_custom_object(
         "kueue.x-k8s.io", "v1beta2", "default", "workloads", "first"
