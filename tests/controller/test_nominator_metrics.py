@@ -34,6 +34,7 @@ from dispatcher.k8s.resources import (
     WORKLOADS,
 )
 from dispatcher.k8s.watching import BackoffPolicy, WatchSettings
+from dispatcher.kueue.gputypes import GpuTypeCheck
 from dispatcher.telemetry.metrics import Metrics
 from dispatcher.testing import make_host
 from dispatcher.topology import multikueue_admission_check
@@ -442,3 +443,53 @@ async def test_a_predicted_wait_is_published_and_its_error_observed_at_admission
     assert labels == {"cluster": "w1", "direction": "late", "replica_role": "standalone"}
     assert count == 1.0
     assert 40.0 < total <= 41.0
+
+
+@pytest.mark.parametrize(
+    "mismatch",
+    [pytest.param("required", id="required-type"), pytest.param("preferred", id="preferred-type")],
+)
+async def test_a_gpu_type_mismatch_is_counted_once_per_admission(mismatch: str) -> None:
+    """Issue 18 item 4: the admission on w1 is checked once; a mismatch counts in
+    ``multikueue_dispatcher_gpu_type_mismatches_total`` with the cluster and its kind, and goes
+    out as a Warning ``GPUTypeMismatch`` Event. The worker's side (its flavors, the copy's
+    admission) is stood in for: what a mismatch is, is tests/kueue_model's and
+    tests/e2e/test_e2e_placement.py's."""
+    async with loop(nominate_w1, run=False) as env:
+        nominator = env.nominator
+        await nominator.reconcile(KEY)
+        await env.wait(lambda: env.nominated() == ("w1",))
+        checked: list[str] = []
+
+        def copy_admission(workload: Any) -> tuple[str, Any]:
+            return "w1", {"clusterQueue": "cq", "podSetAssignments": []}
+
+        def check(workload: Any, cluster: str, admission: Any) -> GpuTypeCheck:
+            checked.append(cluster)
+            return GpuTypeCheck(cluster, (("h100", "H100"),), mismatch, "a test's mismatch")
+
+        nominator._copy_admission = copy_admission  # type: ignore[method-assign]
+        nominator._check_gpu_type = check  # type: ignore[method-assign]
+        recorded = nominator.events.recorded
+        await env.api.request(
+            "PATCH",
+            WORKLOADS.path("team-a", "wl") + "/status",
+            body={"status": {"clusterName": "w1", "nominatedClusterNames": None}},
+            content_type=MERGE,
+        )
+        await env.wait(
+            lambda: (
+                (env.registry.manager.cache("workloads").get("wl", "team-a") or {})
+                .get("status", {})
+                .get("clusterName")
+                == "w1"
+            )
+        )
+        await nominator.reconcile(KEY)
+        await nominator.reconcile(KEY)  # the same admission: not checked again
+        samples = env.samples()
+        assert checked == ["w1"]
+        assert nominator.events.recorded == recorded + 1
+    assert samples["multikueue_dispatcher_gpu_type_mismatches_total"] == [
+        ({"cluster": "w1", "kind": mismatch, "replica_role": "standalone"}, 1.0)
+    ]

@@ -410,7 +410,7 @@ async def test_metrics_show_documented_series_and_explain_prints_verdicts(
             if series in UNPLACEABLE_SERIES:
                 continue  # only while a worker is down: tests/e2e_sandbox/test_worker_outage.py
             if series == GPU_MISMATCH_SERIES:
-                continue  # only after a GPU type mismatch: tests/e2e/test_e2e_placement.py
+                continue  # after a GPU type mismatch: tests/controller/test_nominator_metrics.py
             if series == START_ERROR_SERIES:
                 continue  # once a predicted wait ended: tests/controller/test_nominator_metrics.py
             name = f"{series}_count" if kind == "histogram" else series
