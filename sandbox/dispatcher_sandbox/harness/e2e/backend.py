@@ -691,21 +691,23 @@ class KubeBackend:
         # deleted: deleting an admitted Job first frees quota, and Kueue may then admit a
         # waiting Workload of the scenario during the teardown on one backend and not on the
         # other (a race the trace would record; seen on item 8a in CI).
+        # Each is followed by its uid, not its name: a worker Job left by an earlier scenario
+        # (one MultiKueue created after that scenario's copy was removed, which no Workload
+        # owns) shares its name with a copy of this scenario, whose Job MultiKueue creates
+        # there as soon as the old one is deleted (CI at 23d605e: S10's three runs, the
+        # teardown waited for that name to vanish until it timed out). The new Job belongs to a
+        # live manager Workload and goes with it below (C41).
         waiting = [
-            (cluster, name)
+            (cluster, name, str((job.get("metadata") or {}).get("uid", "")))
             for cluster in ("manager", *WORKERS)
-            for name in self.views[cluster].objects.get("jobs", {})
+            for name, job in list(self.views[cluster].objects.get("jobs", {}).items())
             if not is_true(self.workload_of_job_on(cluster, name), "QuotaReserved")
         ]
-        for cluster, name in waiting:
+        for cluster, name, _ in waiting:
             await self.delete_job(name, None if cluster == "manager" else cluster)
 
         def waiting_gone() -> bool:
-            return all(
-                self.workload_of_job_on(c, name) is None
-                and name not in self.views[c].objects.get("jobs", {})
-                for c, name in waiting
-            )
+            return all(self._job_gone(c, name, uid) for c, name, uid in waiting)
 
         await self.wait_for(waiting_gone, "every Job without quota deleted", self.timeouts.long)
         # Then the manager's Jobs, and the workers' only once the manager's Workloads are gone:
@@ -754,6 +756,19 @@ class KubeBackend:
         """A Job of ``cluster`` as last observed."""
         found = self.views[cluster].objects["jobs"].get(name)
         return copy.deepcopy(found) if found is not None else None
+
+    def _job_gone(self, cluster: str, name: str, uid: str) -> bool:
+        """The Job ``name`` of uid ``uid`` and every Workload it owns are gone from ``cluster``
+        (another Job of that name may be there now)."""
+        objects = self.views[cluster].objects
+        job = objects.get("jobs", {}).get(name)
+        if job is not None and str((job.get("metadata") or {}).get("uid", "")) == uid:
+            return False
+        return not any(
+            ref.get("uid") == uid
+            for wl in objects["workloads"].values()
+            for ref in (wl.get("metadata") or {}).get("ownerReferences") or []
+        )
 
     def workload_of_job_on(self, cluster: str, job: str) -> Obj | None:
         """The Workload owned by Job ``job`` on ``cluster`` (a worker's own Job too), as last
