@@ -147,6 +147,10 @@ class Loop:
         found = self.registry.manager.cache("workloads").get("wl", "team-a") or {}
         return tuple((found.get("status") or {}).get("nominatedClusterNames") or ())
 
+    def cluster_name(self) -> str | None:
+        found = self.registry.manager.cache("workloads").get("wl", "team-a") or {}
+        return (found.get("status") or {}).get("clusterName")
+
 
 @asynccontextmanager
 async def loop(decide: Decide, *, run: bool = True) -> AsyncIterator[Loop]:
@@ -428,14 +432,7 @@ async def test_a_predicted_wait_is_published_and_its_error_observed_at_admission
             body={"status": status},
             content_type=MERGE,
         )
-        await env.wait(
-            lambda: (
-                (env.registry.manager.cache("workloads").get("wl", "team-a") or {})
-                .get("status", {})
-                .get("clusterName")
-                == "w1"
-            )
-        )
+        await env.wait(lambda: env.cluster_name() == "w1")
         await env.nominator.reconcile(KEY)
         samples = env.samples()
     [(labels, count)] = samples["multikueue_dispatcher_predicted_start_error_seconds_count"]
@@ -477,14 +474,7 @@ async def test_a_gpu_type_mismatch_is_counted_once_per_admission(mismatch: str) 
             body={"status": {"clusterName": "w1", "nominatedClusterNames": None}},
             content_type=MERGE,
         )
-        await env.wait(
-            lambda: (
-                (env.registry.manager.cache("workloads").get("wl", "team-a") or {})
-                .get("status", {})
-                .get("clusterName")
-                == "w1"
-            )
-        )
+        await env.wait(lambda: env.cluster_name() == "w1")
         await nominator.reconcile(KEY)
         await nominator.reconcile(KEY)  # the same admission: not checked again
         samples = env.samples()
