@@ -740,6 +740,8 @@ class WorkloadLine(_Model):
     ``runSeconds``: how long it runs once admitted on a worker (sandbox annotation; absent: until
     deleted). ``holdUntilConfigMap``: it does not finish before a ConfigMap of that name exists
     in its namespace on the cluster where it runs (:mod:`dispatcher.topology.runs`).
+    ``serviceAccountName``: the pods' ServiceAccount (the test world creates none, so its pods
+    are refused and the Job runs with none: :func:`dispatcher.topology.runs.pods_refused`).
     ``annotations`` go on the Job (or Workload) itself; ``podAnnotations`` on its pod template,
     which is where a Job's placement hints reach its Workload (:mod:`dispatcher.kueue.hints`).
     """
@@ -757,6 +759,7 @@ class WorkloadLine(_Model):
     priority: int | None = None
     run_seconds: float | None = Field(default=None, ge=0)
     hold_until_config_map: Name | None = None
+    service_account_name: Name | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
     pod_annotations: dict[str, str] = Field(default_factory=dict)
@@ -801,6 +804,7 @@ def _pod_template(
     gpu_type: str | None,
     preferred: list[str] | None = None,
     annotations: Mapping[str, str] | None = None,
+    service_account: str | None = None,
 ) -> Obj:
     spec: Obj = {
         "restartPolicy": "Never",
@@ -821,6 +825,8 @@ def _pod_template(
         del spec["containers"][0]["resources"]["limits"]
     if gpu_type:
         spec["nodeSelector"] = {GPU_PRODUCT_LABEL: gpu_type}
+    if service_account:
+        spec["serviceAccountName"] = service_account
     template: Obj = {"spec": spec}
     # Kueue copies the pod template (not the Job's annotations) into the Workload, so the
     # preference and the placement hints travel with the template to where the dispatcher
@@ -867,7 +873,11 @@ def workload_object(line: WorkloadLine, topology: Topology | None = None) -> Obj
                 "suspend": True,
                 "managedBy": MULTIKUEUE_MANAGED_BY,
                 "template": _pod_template(
-                    pod_set, line.gpu_type, line.preferred_gpu_types, line.pod_annotations
+                    pod_set,
+                    line.gpu_type,
+                    line.preferred_gpu_types,
+                    line.pod_annotations,
+                    line.service_account_name,
                 ),
             },
         }
@@ -882,7 +892,11 @@ def workload_object(line: WorkloadLine, topology: Topology | None = None) -> Obj
                 "name": p.name,
                 "count": p.count,
                 "template": _pod_template(
-                    p, line.gpu_type, line.preferred_gpu_types, line.pod_annotations
+                    p,
+                    line.gpu_type,
+                    line.preferred_gpu_types,
+                    line.pod_annotations,
+                    line.service_account_name,
                 ),
             }
             for p in pod_sets

@@ -18,6 +18,15 @@ the Job finishes as :data:`RUN_SECONDS_ANNOTATION` says, counted from when it st
 uses it to order "this Job is still running" before an event of its own choosing (the seeded
 mix holds its low-priority Jobs until their preemption was seen) instead of racing a run time
 against the control plane's delays.
+
+A Job whose pod template names a ServiceAccount (``serviceAccountName`` other than
+``default``) gets no pods at all (:func:`pods_refused`): the test world never creates a
+ServiceAccount, and Kubernetes' ServiceAccount admission refuses every pod that names a
+missing one ("error looking up service account", Kubernetes v1.36.3
+``plugin/pkg/admission/serviceaccount``), so the Job controller's pods are never created.
+Such a Job starts (``startTime``) with no active pods and never finishes. On kind that is
+Kubernetes' own behaviour; the two stand-ins follow it. A test uses it for a Job admitted on a
+worker whose pods never get counted (contract C93: its manager Job keeps ``status.active`` 0).
 """
 
 from __future__ import annotations
@@ -35,3 +44,19 @@ def hold_of(obj: Mapping[str, Any]) -> str | None:
     annotations = (obj.get("metadata") or {}).get("annotations") or {}
     name = annotations.get(HOLD_ANNOTATION)
     return str(name) if name else None
+
+
+def _refused(template: Any) -> bool:
+    spec = template.get("spec") if isinstance(template, Mapping) else None
+    account = spec.get("serviceAccountName") if isinstance(spec, Mapping) else None
+    return bool(account) and account != "default"
+
+
+def pods_refused(obj: Mapping[str, Any]) -> bool:
+    """Whether the pods of a Job (or of a Workload's pod sets, which carry the Job's pod
+    template) name a ServiceAccount other than ``default``, which the test world never creates:
+    Kubernetes refuses such pods, so the Job gets none (see the module docstring)."""
+    spec = obj.get("spec") or {}
+    if "template" in spec:
+        return _refused(spec.get("template"))
+    return any(_refused(ps.get("template")) for ps in spec.get("podSets") or [])

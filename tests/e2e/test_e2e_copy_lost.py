@@ -19,6 +19,12 @@ of that workload's decisions for ``lost_copy_cooldown_seconds`` (stage ``copy-lo
 back from an outage can delete every new copy the same way until its Kueue has seen the old
 Job deleted (C91), which the deletion here stands in for. The Job then runs on the other
 worker, and its ``Nominated`` Event names why the first one was left out.
+
+C93's other case, the copy lost while the manager Job shows no active pods, finishes by itself:
+a Job whose pods are refused (its pod template names a ServiceAccount that does not exist,
+:func:`dispatcher.topology.runs.pods_refused`) runs with ``status.active`` 0 on its worker and,
+once MultiKueue copied that status, on the manager; its copy is deleted, and Kueue releases the
+quota at once and places the workload again, with nothing to release by hand.
 """
 
 from __future__ import annotations
@@ -156,3 +162,57 @@ async def lost_copy(backend: ApiBackend, released_by: str) -> None:
     final = backend.workload(JOB)
     assert cluster_of(final) == other
     assert (condition(final, "Finished") or {}).get("reason") == "Succeeded"
+
+
+NO_PODS = "copy-lost-no-pods"
+
+
+async def test_a_copy_lost_while_its_job_has_no_pods_is_released_by_kueue(
+    backend: ApiBackend,
+) -> None:
+    await backend.reset()
+    recorder = recorder_of(backend)
+    since = recorder.mark()
+    long = backend.timeouts.long
+    line = {
+        "name": NO_PODS,
+        "namespace": NAMESPACE,
+        "count": 1,
+        "requests": {"cpu": "1", "memory": "512Mi"},
+        "serviceAccountName": "sandbox-no-such-account",
+    }
+    await backend.submit(WorkloadLine.model_validate(line))
+    admitted = await backend.wait_workload(
+        NO_PODS, lambda w: cluster_of(w) in WORKERS and is_true(w, "Admitted"), "admitted", long
+    )
+    lost = str(cluster_of(admitted))
+    [other] = [w for w in WORKERS if w != lost]
+    name = str(admitted["metadata"]["name"])
+
+    # MultiKueue copied the worker Job's status once the manager Job was unsuspended: started,
+    # no active pods. Jobs are not mirrored by the backends: read again, bounded above.
+    jobs = client.BatchV1Api(backend.apis["manager"])
+    with anyio.fail_after(long):
+        while True:
+            job = await jobs.read_namespaced_job_status(NO_PODS, NAMESPACE)
+            if job.status is not None and job.status.start_time is not None:
+                break
+            await anyio.sleep(0.2)
+    assert not job.status.active, job.status
+    await client.CustomObjectsApi(backend.apis[lost]).delete_namespaced_custom_object(
+        KUEUE_GROUP, KUEUE_VERSION, NAMESPACE, "workloads", name
+    )
+
+    # Kueue evicts, releases the manager's quota by itself and reserves again; the dispatcher
+    # places it on the other worker (the lost one is left out, C91).
+    await backend.wait_workload(NO_PODS, admitted_on(other), f"admitted again, on {other}", long)
+    [trace] = recorder.export(since)["jobs"][NO_PODS]
+    retries = [e["t"] for e in trace["checks"] if e["state"] == "Retry"]
+    assert len(retries) == 1, trace["checks"]
+    released = [
+        e["t"]
+        for e in trace["conditions"]
+        if e["type"] == "QuotaReserved" and e["status"] == "False" and e["t"] >= retries[0]
+    ]
+    assert released, "the manager's quota released after the Retry"
+    assert await listed_events(backend, name, "EvictionStuck") == []

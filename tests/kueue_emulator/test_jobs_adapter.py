@@ -501,6 +501,35 @@ async def test_s18_worker_job_uses_prebuilt_workload_runs_on_admission_and_compl
         assert done["status"]["active"] == 0
 
 
+async def test_a_worker_job_whose_pods_are_refused_starts_with_no_active_pods(
+    worker: FakeCluster,
+) -> None:
+    """Its pod template names a ServiceAccount, which the test world never creates, so
+    Kubernetes refuses the pods (dispatcher.topology.runs.pods_refused): once admitted, the
+    Job controller's stand-in starts it with ``active`` 0, as real Kubernetes would."""
+    async with running(worker, "worker"), api_for(worker) as raw:
+        api = Api(raw)
+        await api.flavor("h100", {GPU_LABEL: H100, "cloud.example.com/pool": "gpu"})
+        await api.create_workload(prebuilt_workload("job-nopods-abcde"))
+        remote = job_body(
+            "nopods",
+            managed_by=None,
+            labels={PREBUILT_WORKLOAD_LABEL: "job-nopods-abcde", ORIGIN_LABEL: "multikueue"},
+        )
+        remote["spec"]["template"]["spec"]["serviceAccountName"] = "sandbox-no-such-account"
+        await api.create_job(remote)
+        await api.write_workload_status("job-nopods-abcde", admitted_status())
+
+        async def started() -> Obj | None:
+            found = await api.job("nopods")
+            ok = found and not found["spec"]["suspend"] and found.get("status", {}).get("startTime")
+            return found if ok else None
+
+        job = await eventually(started, "the Job to start")
+        assert job["status"]["active"] == 0
+        assert job["status"]["ready"] == 0
+
+
 async def running_job_or_fail(probe: Callable[[], Awaitable[Obj | None]]) -> Obj:
     return await eventually(probe, "the Job to run")
 

@@ -9,7 +9,12 @@ from typing import Any
 
 import pytest
 
-from dispatcher.topology.runs import HOLD_ANNOTATION, RUN_SECONDS_ANNOTATION, hold_of
+from dispatcher.topology.runs import (
+    HOLD_ANNOTATION,
+    RUN_SECONDS_ANNOTATION,
+    hold_of,
+    pods_refused,
+)
 from dispatcher_sandbox.real_kueue.build import (
     COMPONENTS,
     BuildError,
@@ -252,6 +257,70 @@ def test_a_held_job_finishes_only_once_released(
         assert patch is not None
         assert {k: patch[k] for k in patched} == patched
     assert wait == again
+
+
+def _refused(job: dict[str, Any]) -> dict[str, Any]:
+    job["spec"]["template"] = {"spec": {"serviceAccountName": "sandbox-no-such-account"}}
+    return job
+
+
+STARTED_NO_PODS = {"startTime": "2026-12-01T11:59:50Z", "active": 0, "ready": 0}
+
+
+@pytest.mark.parametrize(
+    ("job", "patched", "again"),
+    [
+        pytest.param(
+            _refused(_job(suspend=False, run_seconds="30")),
+            {"active": 0, "ready": 0},
+            None,
+            id="starts-with-no-pods-and-no-run-time",
+        ),
+        pytest.param(
+            _refused(_job(suspend=False, status=STARTED_NO_PODS, run_seconds="5")),
+            None,
+            None,
+            id="never-completes",
+        ),
+        pytest.param(
+            _refused(_job(suspend=True, status=STARTED_NO_PODS)),
+            {"active": 0, "ready": 0, "startTime": None},
+            None,
+            id="suspended-again",
+        ),
+    ],
+)
+def test_a_job_whose_pods_are_refused_starts_with_none_and_never_finishes(
+    job: dict[str, Any], patched: dict[str, Any] | None, again: float | None
+) -> None:
+    """A pod template naming a ServiceAccount (which the test world never creates): Kubernetes
+    refuses the pods, so the Job starts with none and never completes (C93's test)."""
+    assert pods_refused(job)
+    patch, wait = next_status(job, NOW, time_scale=1.0)
+    if patched is None:
+        assert patch is None
+    else:
+        assert patch is not None
+        assert {k: patch[k] for k in patched} == patched
+    assert wait == again
+
+
+@pytest.mark.parametrize(
+    ("template", "refused"),
+    [
+        pytest.param({}, False, id="no-template-spec"),
+        pytest.param({"spec": {}}, False, id="no-account"),
+        pytest.param({"spec": {"serviceAccountName": "default"}}, False, id="default-account"),
+        pytest.param({"spec": {"serviceAccountName": "x"}}, True, id="named-account"),
+        pytest.param({"spec": "not a mapping"}, False, id="unreadable-spec"),
+    ],
+)
+def test_pods_refused_reads_a_job_and_a_workload_alike(
+    template: dict[str, Any], refused: bool
+) -> None:
+    assert pods_refused({"spec": {"template": template}}) is refused
+    workload = {"spec": {"podSets": [{"name": "main", "template": template}]}}
+    assert pods_refused(workload) is refused
 
 
 def test_a_completed_job_meets_its_success_criteria_before_complete() -> None:

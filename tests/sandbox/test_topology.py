@@ -392,7 +392,7 @@ def test_c12_c71_workload_lines_become_jobs_and_workloads() -> None:
             '{"name": "train", "namespace": "team-a", "queue": "user-queue", "count": 4,'
             ' "requests": {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": 1},'
             ' "preferredGpuTypes": ["' + H100 + '", "' + A100 + '"], "priorityClass": "low",'
-            ' "runSeconds": 90, "holdUntilConfigMap": "go"}',
+            ' "runSeconds": 90, "holdUntilConfigMap": "go", "serviceAccountName": "none"}',
             '{"kind": "Workload", "name": "infer", "gpuType": "' + A100 + '", "priority": 7,'
             ' "podSets": [{"name": "a", "count": 1}, {"name": "b", "count": 3}]}',
         ]
@@ -419,6 +419,7 @@ def test_c12_c71_workload_lines_become_jobs_and_workloads() -> None:
     }
     assert container["resources"]["limits"] == {"nvidia.com/gpu": "1"}
     assert "nodeSelector" not in job["spec"]["template"]["spec"]
+    assert job["spec"]["template"]["spec"]["serviceAccountName"] == "none"
 
     wl = workload_object(wl_line)
     assert wl["kind"] == "Workload"
@@ -428,6 +429,7 @@ def test_c12_c71_workload_lines_become_jobs_and_workloads() -> None:
     assert [(p["name"], p["count"]) for p in wl["spec"]["podSets"]] == [("a", 1), ("b", 3)]
     for pod_set in wl["spec"]["podSets"]:
         assert pod_set["template"]["spec"]["nodeSelector"] == {GPU_PRODUCT_LABEL: A100}
+        assert "serviceAccountName" not in pod_set["template"]["spec"]
 
 
 def test_c12_workload_file_errors_report_line_numbers(tmp_path: Path) -> None:

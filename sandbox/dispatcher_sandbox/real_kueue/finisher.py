@@ -12,7 +12,8 @@ created, on the manager none):
 - after the seconds of the ``sandbox.multikueue-dispatcher.io/run-seconds`` annotation (divided
   by ``time_scale``) from ``startTime``: ``succeeded``, ``completionTime`` and the conditions
   ``SuccessCriteriaMet`` then ``Complete`` (the API server refuses ``Complete`` without the
-  other). Jobs without the annotation run until deleted. A Job with the hold annotation
+  other). Jobs without the annotation run until deleted, and so do Jobs whose pods name a
+  ServiceAccount (``pods_refused``: they start with no active pods). A Job with the hold annotation
   (:mod:`dispatcher.topology.runs`) does not finish before its ConfigMap exists on the cluster
   (the finisher watches ConfigMaps, so the release is a change like any other).
 
@@ -34,7 +35,7 @@ import aiohttp
 import anyio
 import anyio.abc
 
-from dispatcher.topology.runs import RUN_SECONDS_ANNOTATION, hold_of
+from dispatcher.topology.runs import RUN_SECONDS_ANNOTATION, hold_of, pods_refused
 from dispatcher_sandbox.kube_client import CONFIGMAPS, JOBS, Informer, KubeClient, KubeError
 
 log = logging.getLogger(__name__)
@@ -135,14 +136,15 @@ def next_status(
             }, None
         return None, None
     started = status.get("startTime")
+    refused = pods_refused(job)
     if not started or (suspended is not None and suspended.get("status") == "True"):
-        count = pod_count(job)
+        count = 0 if refused else pod_count(job)
         patch: Obj = {"startTime": _now(), "active": count, "ready": count}
         if suspended is not None:
             patch["conditions"] = _with(status, "Suspended", "False", "JobResumed", "Job resumed")
-        return patch, run_seconds(job, time_scale)
+        return patch, None if refused else run_seconds(job, time_scale)
     seconds = run_seconds(job, time_scale)
-    if seconds is None or not released:
+    if seconds is None or not released or refused:
         return None, None
     left = seconds - (now - _parse(started)).total_seconds()
     if left > 0:

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from dispatcher.topology.runs import RUN_SECONDS_ANNOTATION, hold_of
+from dispatcher.topology.runs import RUN_SECONDS_ANNOTATION, hold_of, pods_refused
 from dispatcher_sandbox.kube_client import (
     CONFIGMAPS,
     WORKLOADS,
@@ -260,8 +260,8 @@ class WorkloadReconciler(WorkloadStatusWriter):
         when the ConfigMap of its hold exists, looked for every :data:`HOLD_POLL_SECONDS` of the
         clock."""
         text = ((wl.get("metadata") or {}).get("annotations") or {}).get(RUN_SECONDS_ANNOTATION)
-        if text is None:
-            return None
+        if text is None or pods_refused(wl):
+            return None  # runs until deleted; a Job whose pods are refused never finishes
         try:
             seconds = float(text)
         except ValueError:

@@ -82,7 +82,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from dispatcher.topology.runs import RUN_ANNOTATIONS
+from dispatcher.topology.runs import RUN_ANNOTATIONS, pods_refused
 from dispatcher_sandbox.kube_client import (
     JOBS,
     RESOURCE_FLAVORS,
@@ -855,7 +855,9 @@ class JobReconciler(Controller):
         else:
             if status.get("startTime") and (suspended is None or suspended.get("status") != "True"):
                 return
-            count = _pods_count(job)
+            # Pods naming a ServiceAccount the test world never creates are refused: none run
+            # (dispatcher.topology.runs.pods_refused).
+            count = 0 if pods_refused(job) else _pods_count(job)
             patch = {
                 "startTime": status.get("startTime") or timestamp(self.clock),
                 "active": count,
