@@ -18,8 +18,9 @@ reads a few fields. Each function here is applied to every object before it ente
   resource names, condition types) are interned;
 - worker ClusterQueues, LocalQueues and ResourceFlavors: what ``dispatcher.kueue.objects``
   parses of them;
-- worker Jobs: their identity and origin label alone (the same-name guard asks only whether a
-  Job of a name exists there and whether it is a copy of ours);
+- worker Jobs: their identity, origin label and prebuilt-Workload label alone (the same-name
+  guard asks only whether a Job of a name exists there, whether it is a copy of ours and which
+  copy it runs);
 - manager Workloads: kept whole but for ``managedFields``, of which only the entries
   :func:`~dispatcher.controller.nominator.nomination_time` can read stay (``Apply`` on the status
   subresource), reduced to whether they own ``status.nominatedClusterNames``;
@@ -55,6 +56,8 @@ _IDENTITY = ("name", "namespace", "uid", "resourceVersion")
 
 ORIGIN_LABEL = "kueue.x-k8s.io/multikueue-origin"
 """The label Kueue puts on the copies it creates on workers, with its ``multiKueue.origin``."""
+PREBUILT_LABEL = "kueue.x-k8s.io/prebuilt-workload-name"
+"""The label MultiKueue puts on the Job it creates on a worker: the copy that Job runs."""
 
 
 def _pick(value: Any, *fields: str) -> Any:
@@ -319,11 +322,12 @@ def worker_resource_flavor(obj: Obj) -> Obj:
 
 
 def worker_job(obj: Obj) -> Obj:
-    """A worker Job as the same-name guard reads it: identity and the origin label alone (its
-    other labels, spec and status, which change with every pod, are dropped)."""
+    """A worker Job as the same-name guard reads it: identity, the origin label and the
+    prebuilt-Workload label alone (its other labels, spec and status, which change with every
+    pod, are dropped)."""
     out = _slim(obj, ())
     meta = obj.get("metadata")
     labels = meta.get("labels") if isinstance(meta, Mapping) else None
     if isinstance(labels, Mapping) and ORIGIN_LABEL in labels:
-        out["metadata"]["labels"] = {ORIGIN_LABEL: labels[ORIGIN_LABEL]}
+        out["metadata"]["labels"] = _pick(labels, ORIGIN_LABEL, PREBUILT_LABEL)
     return out

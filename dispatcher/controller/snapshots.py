@@ -25,7 +25,7 @@ from dispatcher.algorithms.model import ClusterSnapshot, DispatchRequest, Queued
 from dispatcher.algorithms.stages import continue_replay
 from dispatcher.clusters.mirror import Mirror
 from dispatcher.clusters.registry import Candidate
-from dispatcher.clusters.slim import ORIGIN_LABEL
+from dispatcher.clusters.slim import ORIGIN_LABEL, PREBUILT_LABEL
 from dispatcher.controller.inflight import InFlight
 from dispatcher.controller.records import parse_time, transition_time
 from dispatcher.k8s.watching import Key, Listed, Listener, Obj, ObjectCache, ObjectEvent, key_text
@@ -51,6 +51,7 @@ __all__ = [
     "condition_status",
     "is_copy",
     "owner_job",
+    "prebuilt_workload",
 ]
 
 
@@ -67,6 +68,11 @@ def is_copy(obj: Mapping[str, Any], origin: str) -> bool:
     its copies by ``kueue.x-k8s.io/multikueue-origin``, not by namespace/name alone; a
     same-named Workload without the label (the worker's own, another manager's) is not one."""
     return ((obj.get("metadata") or {}).get("labels") or {}).get(ORIGIN_LABEL) == origin
+
+
+def prebuilt_workload(job: Mapping[str, Any]) -> str:
+    """The Workload a worker Job of ours runs (its :data:`PREBUILT_LABEL`), or ``""``."""
+    return str(((job.get("metadata") or {}).get("labels") or {}).get(PREBUILT_LABEL) or "")
 
 
 def owner_job(workload: Mapping[str, Any]) -> str | None:
@@ -209,6 +215,8 @@ class WorkerIndex:
         self.copies = self._copies
         self._foreign_jobs: set[Key] = set()
         self.foreign_jobs = self._foreign_jobs
+        self._copy_jobs: dict[Key, str] = {}
+        """Jobs on this worker that are copies of ours, with the Workload each runs (C91)."""
         self._lqs: dict[Key, LocalQueueView] = {}
         self._queue_of: dict[tuple[str, str], str] = {}
         self._rfs: dict[Key, ResourceFlavorView] = {}
@@ -413,8 +421,11 @@ class WorkerIndex:
     # --- the same-name guard ---------------------------------------------------------------
 
     def _set_job(self, key: Key, raw: Obj | None) -> None:
+        self._copy_jobs.pop(key, None)
         if raw is None or is_copy(raw, self.origin):
             self._foreign_jobs.discard(key)
+            if raw is not None:
+                self._copy_jobs[key] = prebuilt_workload(raw)
         else:
             self._foreign_jobs.add(key)
 
@@ -422,12 +433,22 @@ class WorkerIndex:
         """Why a copy of the manager Workload ``namespace/workload`` (owned by the batch Job
         ``job``, if any) can never run on this worker, or ``""``: a Workload or Job of the same
         name is there that is not a copy of ours (Kueue would take that Workload for its copy,
-        and refuses to sync a Job it does not own; C28, C33)."""
+        and refuses to sync a Job it does not own; C28, C33), or a Job of ours that runs
+        another Workload (a leftover: MultiKueue syncs a copy's status from whatever Job of its
+        name exists there, and never creates the copy's own; C68)."""
         entry = self._entries.get((namespace, workload))
         if entry is not None and not entry.copy:
             return f"Workload {namespace}/{workload} exists there and is not a copy of ours"
         if job is not None and (namespace, job) in self._foreign_jobs:
             return f"Job {namespace}/{job} exists there and is not a copy of ours"
+        runs = self._copy_jobs.get((namespace, job)) if job is not None else None
+        if runs and runs != workload:
+            # A leftover of an earlier Job of that name: MultiKueue would sync the new copy's
+            # status from it instead of creating the copy's own Job (C68).
+            return (
+                f"Job {namespace}/{job} exists there for another Workload ({runs}), a leftover "
+                "of an earlier Job of that name"
+            )
         return ""
 
     # --- Workloads ----------------------------------------------------------------------------

@@ -34,7 +34,13 @@ from typing import Any, NamedTuple
 from dispatcher.clusters.registry import MANAGER, ClusterRegistry
 from dispatcher.controller.config import ControllerConfig
 from dispatcher.controller.outage import OutageBook
-from dispatcher.controller.snapshots import JOBS, condition_status, is_copy, owner_job
+from dispatcher.controller.snapshots import (
+    JOBS,
+    condition_status,
+    is_copy,
+    owner_job,
+    prebuilt_workload,
+)
 from dispatcher.controller.workqueue import WorkQueue
 from dispatcher.controller.writer import NominationWriter
 from dispatcher.k8s.watching import Listed, ObjectEvent, WatchItem, key_text
@@ -148,11 +154,15 @@ class Triggers:
                 self.requeue_all()
             return
         if resource == JOBS and isinstance(item, ObjectEvent):
-            # Only the same-name guard reads worker Jobs: a Job that is not a copy of ours, come
-            # or gone, changes where the waiting workloads its name owns may go; nothing else.
-            if item.type != "LISTED" and not is_copy(item.object, self._config.origin):
+            # Only the same-name guard reads worker Jobs: a Job that is not a copy of ours, or a
+            # copy of ours that runs another Workload (a leftover), come or gone, changes where
+            # the waiting workloads its name owns may go; a workload's own Job changes nothing.
+            if item.type != "LISTED":
+                ours = is_copy(item.object, self._config.origin)
+                runs = prebuilt_workload(item.object) if ours else ""
                 for key in sorted(self._by_job.get(key_text(item.object), ())):
-                    self._queue_unless_behind(key)
+                    if not ours or (runs and key.partition("/")[2] != runs):
+                        self._queue_unless_behind(key)
             return
         if (
             resource == "workloads"

@@ -15,7 +15,7 @@ import pytest
 
 from dispatcher.algorithms.model import ClusterSnapshot, Decision, DispatchRequest
 from dispatcher.clusters.registry import MANAGER
-from dispatcher.clusters.slim import ORIGIN_LABEL
+from dispatcher.clusters.slim import ORIGIN_LABEL, PREBUILT_LABEL
 from dispatcher.controller.config import ControllerConfig
 from dispatcher.controller.nominator import CAPACITY_KEY, USAGE_KEY
 from dispatcher.k8s.client import KubeApi
@@ -615,6 +615,65 @@ async def test_worker_jobs_cost_nothing_unless_they_take_a_waiting_workloads_nam
         )
         assert seen[-1] == {}
         assert index.foreign_jobs == {("default", "other")}
+        assert env.nominated("job") == ("w2",)
+        assert env.loop.fan_outs == before[1]
+
+
+async def test_a_leftover_copy_job_takes_the_name_and_its_own_copy_job_costs_nothing() -> None:
+    """C68, counted: w1 holds a Job ``train`` of ours that runs another Workload
+    (``job-earlier``, a leftover of an earlier Job of that name), and the manager Workload
+    ``job`` is owned by a Job ``train``: its decisions see w1's name taken and it goes to w2.
+    The Job MultiKueue creates for ``job`` itself on w2 (prebuilt label ``job``) costs no
+    reconcile and no fan-out; deleting w1's leftover reconciles ``job`` exactly once, and that
+    decision sees no name taken."""
+    seen: list[dict[str, str]] = []
+    leftover = {ORIGIN_LABEL: "multikueue", PREBUILT_LABEL: "job-earlier"}
+    async with (
+        world(decide=guarded(seen)) as env,
+        worker_api(env, "w1") as w1,
+        worker_api(env, "w2") as w2,
+    ):
+        await w1.create(JOBS, foreign_job("train", leftover), namespace="default")
+        await env.start_dispatcher()
+        owned = workload("job")
+        owned["metadata"]["ownerReferences"] = [  # type: ignore[index]
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "name": "train",
+                "uid": "0000-train",
+                "controller": True,
+            }
+        ]
+        await env.api.create(WORKLOADS, owned, namespace="default")
+        await env.api.request(
+            "PATCH",
+            WORKLOADS.path("default", "job") + "/status",
+            body={"status": ELIGIBLE_STATUS},
+            content_type="application/merge-patch+json",
+        )
+        await env.wait(lambda: env.nominated("job") == ("w2",) and env.idle("job"))
+        assert seen[-1] == {
+            "w1": "Job default/train exists there for another Workload (job-earlier), a "
+            "leftover of an earlier Job of that name"
+        }
+
+        before = (dict(env.reconciles), env.loop.fan_outs, len(seen))
+        own = {ORIGIN_LABEL: "multikueue", PREBUILT_LABEL: "job"}
+        await w2.create(JOBS, foreign_job("train", own), namespace="default")
+        w2_mirror = env.mirrors.workers["w2"].mirror
+        assert w2_mirror is not None
+        await env.wait(lambda: w2_mirror.cache("jobs").get("train", "default") is not None)
+        assert env.idle("job")
+        assert (dict(env.reconciles), env.loop.fan_outs, len(seen)) == before
+
+        await w1.request("DELETE", JOBS.path("default", "train"))
+        await env.wait(
+            lambda: (
+                env.reconciles["default/job"] == before[0]["default/job"] + 1 and env.idle("job")
+            )
+        )
+        assert seen[-1] == {}
         assert env.nominated("job") == ("w2",)
         assert env.loop.fan_outs == before[1]
 

@@ -22,6 +22,7 @@ from dispatcher.algorithms.stages import StageContext
 from dispatcher.clusters import slim
 from dispatcher.clusters.mirror import Mirror, Watched
 from dispatcher.clusters.registry import WORKER_RESOURCES, Candidate
+from dispatcher.clusters.slim import PREBUILT_LABEL
 from dispatcher.controller.inflight import InFlight
 from dispatcher.controller.nominator import nomination_time
 from dispatcher.controller.records import transition_time as _transition_time
@@ -820,10 +821,13 @@ def test_a_copy_reserving_its_nominated_quota_continues_the_replay(assignments: 
     assert second_fit.queued_ahead == first_fit.queued_ahead
 
 
-def job(name: str, origin: str | None) -> Obj:
+def job(name: str, origin: str | None, runs: str | None = None) -> Obj:
+    """A worker Job; ``runs``: the copy it runs (MultiKueue's prebuilt-Workload label)."""
     labels = {"batch.kubernetes.io/job-name": name}
     if origin is not None:
         labels[ORIGIN_LABEL] = origin
+    if runs is not None:
+        labels[PREBUILT_LABEL] = runs
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -859,6 +863,18 @@ def job(name: str, origin: str | None) -> Obj:
             id="foreign-job",
         ),
         pytest.param({"jobs": [job("train", "multikueue")]}, "", id="our-job"),
+        pytest.param({"jobs": [job("train", "multikueue", "wl")]}, "", id="our-job-of-this-copy"),
+        pytest.param(
+            {"jobs": [job("train", "multikueue", "wl-earlier")]},
+            "Job team-a/train exists there for another Workload (wl-earlier), a leftover of an "
+            "earlier Job of that name",
+            id="our-leftover-job-of-another-copy",
+        ),
+        pytest.param(
+            {"jobs": [job("train", None, "wl-earlier")]},
+            "Job team-a/train exists there and is not a copy of ours",
+            id="foreign-job-with-a-prebuilt-label",
+        ),
         pytest.param({"jobs": [job("other", None)]}, "", id="another-name"),
     ],
 )
@@ -872,7 +888,7 @@ def test_the_same_name_guard_reads_workloads_and_jobs(
     assert built(mirror).name_taken("team-a", "wl", "train") == taken
     for obj in mirror.cache("jobs").objects.values():
         assert set(obj) == {"apiVersion", "kind", "metadata"}
-        assert set(obj["metadata"].get("labels") or {}) <= {ORIGIN_LABEL}
+        assert set(obj["metadata"].get("labels") or {}) <= {ORIGIN_LABEL, PREBUILT_LABEL}
     following = WorkerIndex()
     following.refresh(mirror_of(queues(), WORKER_RESOURCES))
     fed = following.mirror

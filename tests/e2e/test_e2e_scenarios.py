@@ -18,14 +18,17 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from kubernetes_asyncio import client
 
-from dispatcher.topology import WorkloadLine
+from dispatcher.clusters.slim import ORIGIN_LABEL, PREBUILT_LABEL
+from dispatcher.topology import WorkloadLine, workload_object
 from dispatcher_sandbox.harness.e2e.backend import (
     A100,
     GPU_OF,
     H100,
     NAMESPACE,
     WORKERS,
+    ApiBackend,
     Backend,
     admitted_on,
     cluster_of,
@@ -469,6 +472,33 @@ async def test_s16_a_same_named_job_that_is_not_ours_keeps_the_workload_off_that
     await admit(backend, job("s16-taken", memory="4Gi"), "worker1")
     assert {n for n in backend.nominations("s16-taken") if n} == {("worker1",)}
     assert backend.copies_ever("s16-taken") == {"worker1"}
+
+
+async def test_s16_a_leftover_job_of_ours_for_another_workload_keeps_the_workload_off_that_worker(
+    backend: ApiBackend,
+) -> None:
+    """C68: worker2, capacity-first's choice for a 4Gi Job, holds a Job ``s16-leftover`` that
+    MultiKueue made for a copy that no longer exists (origin label ours, prebuilt-Workload
+    label naming another Workload): what an earlier Job of that name can leave behind (S10's
+    teardown met one at 23d605e). Kueue would sync a new copy's status from that Job and never
+    create the copy's own (``SyncJob``), so the dispatcher leaves worker2 out for the manager
+    Job of that name and it goes to worker1."""
+    await admit(backend, job("s16-room", memory="4Gi"), "worker2")
+    body = workload_object(job("s16-leftover", memory="4Gi"))
+    del body["spec"]["managedBy"]
+    body["metadata"]["labels"] |= {
+        ORIGIN_LABEL: "multikueue",  # Kueue's default multiKueue.origin (C32)
+        PREBUILT_LABEL: "job-s16-leftover-00000",
+    }
+    await client.BatchV1Api(backend.apis["worker2"]).create_namespaced_job(NAMESPACE, body)  # type: ignore[arg-type]  # kubernetes_asyncio takes a dict body as well
+    await backend.wait_for(
+        lambda: "s16-leftover" in backend.worker_jobs("worker2"),
+        "the leftover Job on worker2",
+        backend.timeouts.short,
+    )
+    await admit(backend, job("s16-leftover", memory="4Gi"), "worker1")
+    assert {n for n in backend.nominations("s16-leftover") if n} == {("worker1",)}
+    assert backend.copies_ever("s16-leftover") == {"worker1"}
 
 
 MIX = [job(f"s10-job-{i}", cpu="2") for i in range(3)]

@@ -590,9 +590,16 @@ async def test_c25_prebuilt_workload_out_of_sync_with_its_job_is_finished_out_of
         assert found["message"] == "The prebuilt workload is out of sync with its user job"
 
 
-async def test_s11_deleting_the_workload_copy_deletes_the_worker_job(worker: FakeCluster) -> None:
+async def test_c68_deleting_the_workload_copy_stops_the_worker_job_and_keeps_it(
+    worker: FakeCluster,
+) -> None:
+    """Kueue's ``handleJobWithNoWorkload``: a Job whose prebuilt Workload is gone is stopped
+    (suspended) and kept ("prebuilt workload not found"), a MultiKueue Job on a worker too; only
+    MultiKueue's removal of a copy's remote objects deletes it (C24, C41). Before, the emulation
+    deleted it with the copy, and a leftover Job real Kueue keeps (C68) never showed here."""
     async with running(worker, "worker"), api_for(worker) as raw:
         api = Api(raw)
+        await api.flavor("h100", {GPU_LABEL: H100, "cloud.example.com/pool": "gpu"})
         await api.create_workload(prebuilt_workload("wl-copy"))
         await api.create_job(
             job_body(
@@ -607,12 +614,21 @@ async def test_s11_deleting_the_workload_copy_deletes_the_worker_job(worker: Fak
             return bool(wl and wl["metadata"].get("ownerReferences"))
 
         await eventually(owned, "the Job to own the copy")
+        await api.write_workload_status("wl-copy", admitted_status())
+
+        async def running_job() -> Obj | None:
+            found = await api.job("copy")
+            return found if found and not found["spec"]["suspend"] else None
+
+        await eventually(running_job, "the Job to run")
         await api.custom.delete_namespaced_custom_object(KUEUE, V1BETA2, NS, "workloads", "wl-copy")
 
-        async def job_gone() -> bool:
-            return await api.job("copy") is None
+        async def stopped() -> Obj | None:
+            found = await api.job("copy")
+            return found if found and found["spec"]["suspend"] else None
 
-        await eventually(job_gone, "the worker Job to be deleted")
+        job = await eventually(stopped, "the worker Job stopped")
+        assert job["metadata"]["labels"][PREBUILT_WORKLOAD_LABEL] == "wl-copy"
 
 
 # --- MultiKueue hooks: the real Job on the winner only ------------------------------------------

@@ -691,12 +691,12 @@ class KubeBackend:
         # deleted: deleting an admitted Job first frees quota, and Kueue may then admit a
         # waiting Workload of the scenario during the teardown on one backend and not on the
         # other (a race the trace would record; seen on item 8a in CI).
-        # Each is followed by its uid, not its name: a worker Job left by an earlier scenario
-        # (one MultiKueue created after that scenario's copy was removed, which no Workload
-        # owns) shares its name with a copy of this scenario, whose Job MultiKueue creates
-        # there as soon as the old one is deleted (CI at 23d605e: S10's three runs, the
-        # teardown waited for that name to vanish until it timed out). The new Job belongs to a
-        # live manager Workload and goes with it below (C41).
+        # Each is followed by its uid, not its name: a worker Job an earlier scenario left
+        # there, whose prebuilt Workload is gone (Kueue stops such a Job and keeps it, C68),
+        # may share its name with a copy of this scenario, whose Job MultiKueue creates there
+        # once the old one is deleted (CI at 23d605e: S10's three runs, the teardown waited for
+        # that name to vanish until it timed out). The new Job belongs to a live manager
+        # Workload and goes with it below (C41).
         waiting = [
             (cluster, name, str((job.get("metadata") or {}).get("uid", "")))
             for cluster in ("manager", *WORKERS)

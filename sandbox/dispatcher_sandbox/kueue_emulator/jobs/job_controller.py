@@ -59,8 +59,6 @@ Differences from upstream, on purpose:
 
 * Kubernetes' garbage collector is emulated for Workloads owned by a Job: when the Job is gone,
   the adapter removes the ``resource-in-use`` finalizer and deletes the Workload.
-* On a worker, a MultiKueue Job (origin label) whose prebuilt Workload is deleted is deleted too,
-  standing in for the manager's explicit remote-Job deletion when a copy goes away.
 * The sandbox annotation ``sandbox.multikueue-dispatcher.io/run-seconds`` is copied from the Job
   to its Workload (upstream copies no annotations except ProvisioningRequest ones), so that the
   emulated core knows how long the Job "runs". Other annotations (such as
@@ -95,7 +93,6 @@ from dispatcher_sandbox.kube_client import (
 from dispatcher_sandbox.kueue_emulator.core import release_after_eviction
 from dispatcher_sandbox.kueue_emulator.runtime import (
     KUEUE_MANAGER,
-    ORIGIN_LABEL,
     PREBUILT_WORKLOAD_LABEL,
     QUEUE_NAME_LABEL,
     Clock,
@@ -677,14 +674,10 @@ class JobReconciler(Controller):
         return True
 
     async def _prebuilt_missing(self, job: Obj, name: str) -> float | None:
-        """The prebuilt Workload does not exist (yet, or any more)."""
-        meta = job["metadata"]
-        labels = meta.get("labels") or {}
-        if self.role == "worker" and labels.get(ORIGIN_LABEL):
-            # The Workload copy was removed: its MultiKueue Job goes with it (C24, C41).
-            if await self.client.get(WORKLOADS, name, meta["namespace"]) is None:
-                await self.client.delete(JOBS, meta["name"], meta["namespace"])
-            return None
+        """The prebuilt Workload does not exist (yet, or any more): ``handleJobWithNoWorkload``
+        stops the Job and keeps it (Kueue logs "prebuilt workload not found" and retries), a
+        MultiKueue Job on a worker as any other; only MultiKueue's explicit removal of a copy's
+        remote objects (C24, C41) deletes such a Job (C68: a leftover stays)."""
         if not _suspended(job):
             await self._patch_job_spec(job, {"suspend": True})
         else:
