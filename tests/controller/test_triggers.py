@@ -536,6 +536,27 @@ def guarded(
     return decide
 
 
+async def add_owned_by_train(env: World) -> None:
+    """The manager Workload ``job``, owned by the batch Job ``train``, eligible."""
+    owned = workload("job")
+    owned["metadata"]["ownerReferences"] = [  # type: ignore[index]
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "name": "train",
+            "uid": "0000-train",
+            "controller": True,
+        }
+    ]
+    await env.api.create(WORKLOADS, owned, namespace="default")
+    await env.api.request(
+        "PATCH",
+        WORKLOADS.path("default", "job") + "/status",
+        body={"status": ELIGIBLE_STATUS},
+        content_type="application/merge-patch+json",
+    )
+
+
 async def test_worker_jobs_cost_nothing_unless_they_take_a_waiting_workloads_name() -> None:
     """Issue 18 item 5, counted. w1 holds a Job ``train`` that is not ours, and the manager
     Workload ``job`` is owned by a Job ``train``: its decisions see w1's name taken and it goes
@@ -551,23 +572,7 @@ async def test_worker_jobs_cost_nothing_unless_they_take_a_waiting_workloads_nam
     ):
         await w1.create(JOBS, foreign_job("train", {"team": "someone"}), namespace="default")
         await env.start_dispatcher()
-        owned = workload("job")
-        owned["metadata"]["ownerReferences"] = [  # type: ignore[index]
-            {
-                "apiVersion": "batch/v1",
-                "kind": "Job",
-                "name": "train",
-                "uid": "0000-train",
-                "controller": True,
-            }
-        ]
-        await env.api.create(WORKLOADS, owned, namespace="default")
-        await env.api.request(
-            "PATCH",
-            WORKLOADS.path("default", "job") + "/status",
-            body={"status": ELIGIBLE_STATUS},
-            content_type="application/merge-patch+json",
-        )
+        await add_owned_by_train(env)
         await env.wait(lambda: env.nominated("job") == ("w2",) and env.idle("job"))
         assert seen[-1] == {"w1": "Job default/train exists there and is not a copy of ours"}
         assert "w2" not in seen[-1]
@@ -635,23 +640,7 @@ async def test_a_leftover_copy_job_takes_the_name_and_its_own_copy_job_costs_not
     ):
         await w1.create(JOBS, foreign_job("train", leftover), namespace="default")
         await env.start_dispatcher()
-        owned = workload("job")
-        owned["metadata"]["ownerReferences"] = [  # type: ignore[index]
-            {
-                "apiVersion": "batch/v1",
-                "kind": "Job",
-                "name": "train",
-                "uid": "0000-train",
-                "controller": True,
-            }
-        ]
-        await env.api.create(WORKLOADS, owned, namespace="default")
-        await env.api.request(
-            "PATCH",
-            WORKLOADS.path("default", "job") + "/status",
-            body={"status": ELIGIBLE_STATUS},
-            content_type="application/merge-patch+json",
-        )
+        await add_owned_by_train(env)
         await env.wait(lambda: env.nominated("job") == ("w2",) and env.idle("job"))
         assert seen[-1] == {
             "w1": "Job default/train exists there for another Workload (job-earlier), a "

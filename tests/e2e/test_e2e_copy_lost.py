@@ -29,6 +29,7 @@ quota at once and places the workload again, with nothing to release by hand.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -72,6 +73,20 @@ def held_cpu_job() -> WorkloadLine:
     return WorkloadLine.model_validate(data)
 
 
+async def manager_job_status(
+    backend: ApiBackend, name: str, ready: Callable[[client.V1JobStatus], bool]
+) -> client.V1JobStatus:
+    """The manager Job ``name``'s status once ``ready`` holds for it. Jobs are not mirrored by
+    the backends: read again a few times a second, bounded above."""
+    jobs = client.BatchV1Api(backend.apis["manager"])
+    with anyio.fail_after(backend.timeouts.long):
+        while True:
+            job = await jobs.read_namespaced_job_status(name, NAMESPACE)
+            if job.status is not None and ready(job.status):
+                return job.status
+            await anyio.sleep(0.2)
+
+
 @pytest.mark.parametrize(
     "released_by",
     [
@@ -106,14 +121,7 @@ async def lost_copy(backend: ApiBackend, released_by: str) -> None:
     name = str(admitted["metadata"]["name"])
 
     jobs = client.BatchV1Api(backend.apis["manager"])
-
-    # Jobs are not mirrored by the backends: read again a few times a second, bounded above.
-    with anyio.fail_after(long):
-        while True:
-            job = await jobs.read_namespaced_job_status(JOB, NAMESPACE)
-            if job.status is not None and (job.status.active or 0) >= 1:
-                break
-            await anyio.sleep(0.2)
+    await manager_job_status(backend, JOB, lambda status: (status.active or 0) >= 1)
     await client.CustomObjectsApi(backend.apis[lost]).delete_namespaced_custom_object(
         KUEUE_GROUP, KUEUE_VERSION, NAMESPACE, "workloads", name
     )
@@ -190,15 +198,9 @@ async def test_a_copy_lost_while_its_job_has_no_pods_is_released_by_kueue(
     name = str(admitted["metadata"]["name"])
 
     # MultiKueue copied the worker Job's status once the manager Job was unsuspended: started,
-    # no active pods. Jobs are not mirrored by the backends: read again, bounded above.
-    jobs = client.BatchV1Api(backend.apis["manager"])
-    with anyio.fail_after(long):
-        while True:
-            job = await jobs.read_namespaced_job_status(NO_PODS, NAMESPACE)
-            if job.status is not None and job.status.start_time is not None:
-                break
-            await anyio.sleep(0.2)
-    assert not job.status.active, job.status
+    # no active pods.
+    status = await manager_job_status(backend, NO_PODS, lambda s: s.start_time is not None)
+    assert not status.active, status
     await client.CustomObjectsApi(backend.apis[lost]).delete_namespaced_custom_object(
         KUEUE_GROUP, KUEUE_VERSION, NAMESPACE, "workloads", name
     )

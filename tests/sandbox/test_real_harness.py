@@ -169,6 +169,14 @@ def _job(
 RUNNING = {"startTime": "2026-12-01T11:59:50Z", "active": 2, "ready": 2}
 
 
+def _refused(job: dict[str, Any]) -> dict[str, Any]:
+    job["spec"]["template"] = {"spec": {"serviceAccountName": "sandbox-no-such-account"}}
+    return job
+
+
+STARTED_NO_PODS = {"startTime": "2026-12-01T11:59:50Z", "active": 0, "ready": 0}
+
+
 @pytest.mark.parametrize(
     ("job", "patched", "again"),
     [
@@ -197,6 +205,24 @@ RUNNING = {"startTime": "2026-12-01T11:59:50Z", "active": 2, "ready": 2}
             {"active": 0, "ready": 0, "startTime": None},
             None,
             id="suspended-again-pods-gone",
+        ),
+        pytest.param(
+            _refused(_job(suspend=False, run_seconds="30")),
+            {"active": 0, "ready": 0},
+            None,
+            id="pods-refused-starts-with-none-and-no-run-time",
+        ),
+        pytest.param(
+            _refused(_job(suspend=False, status=STARTED_NO_PODS, run_seconds="5")),
+            None,
+            None,
+            id="pods-refused-never-completes",
+        ),
+        pytest.param(
+            _refused(_job(suspend=True, status=STARTED_NO_PODS)),
+            {"active": 0, "ready": 0, "startTime": None},
+            None,
+            id="pods-refused-suspended-again",
         ),
     ],
 )
@@ -251,52 +277,6 @@ def test_a_held_job_finishes_only_once_released(
     job["metadata"]["annotations"][HOLD_ANNOTATION] = "release-me"
     assert hold_of(job) == "release-me"
     patch, wait = next_status(job, NOW, time_scale=1.0, released=released)
-    if patched is None:
-        assert patch is None
-    else:
-        assert patch is not None
-        assert {k: patch[k] for k in patched} == patched
-    assert wait == again
-
-
-def _refused(job: dict[str, Any]) -> dict[str, Any]:
-    job["spec"]["template"] = {"spec": {"serviceAccountName": "sandbox-no-such-account"}}
-    return job
-
-
-STARTED_NO_PODS = {"startTime": "2026-12-01T11:59:50Z", "active": 0, "ready": 0}
-
-
-@pytest.mark.parametrize(
-    ("job", "patched", "again"),
-    [
-        pytest.param(
-            _refused(_job(suspend=False, run_seconds="30")),
-            {"active": 0, "ready": 0},
-            None,
-            id="starts-with-no-pods-and-no-run-time",
-        ),
-        pytest.param(
-            _refused(_job(suspend=False, status=STARTED_NO_PODS, run_seconds="5")),
-            None,
-            None,
-            id="never-completes",
-        ),
-        pytest.param(
-            _refused(_job(suspend=True, status=STARTED_NO_PODS)),
-            {"active": 0, "ready": 0, "startTime": None},
-            None,
-            id="suspended-again",
-        ),
-    ],
-)
-def test_a_job_whose_pods_are_refused_starts_with_none_and_never_finishes(
-    job: dict[str, Any], patched: dict[str, Any] | None, again: float | None
-) -> None:
-    """A pod template naming a ServiceAccount (which the test world never creates): Kubernetes
-    refuses the pods, so the Job starts with none and never completes (C93's test)."""
-    assert pods_refused(job)
-    patch, wait = next_status(job, NOW, time_scale=1.0)
     if patched is None:
         assert patch is None
     else:
