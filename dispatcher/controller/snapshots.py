@@ -216,7 +216,7 @@ class WorkerIndex:
         self._foreign_jobs: set[Key] = set()
         self.foreign_jobs = self._foreign_jobs
         self._copy_jobs: dict[Key, str] = {}
-        """Jobs on this worker that are copies of ours, with the Workload each runs (C91)."""
+        """Jobs on this worker that are copies of ours, with the Workload each runs (C68)."""
         self._lqs: dict[Key, LocalQueueView] = {}
         self._queue_of: dict[tuple[str, str], str] = {}
         self._rfs: dict[Key, ResourceFlavorView] = {}
