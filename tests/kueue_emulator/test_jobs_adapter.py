@@ -443,19 +443,29 @@ async def test_s11_deleting_the_manager_job_deletes_its_workload(manager: FakeCl
 # --- worker: prebuilt Workload ----------------------------------------------------------------
 
 
+async def multikueue_copy(
+    api: Api, job: str, workload: str, *, service_account: str | None = None
+) -> Obj:
+    """A copy as MultiKueue makes it on a worker (with the worker's ``h100`` flavor): the
+    prebuilt Workload, then its Job with the origin and prebuilt-Workload labels; the Job."""
+    await api.flavor("h100", {GPU_LABEL: H100, "cloud.example.com/pool": "gpu"})
+    await api.create_workload(prebuilt_workload(workload))
+    remote = job_body(
+        job,
+        managed_by=None,
+        labels={PREBUILT_WORKLOAD_LABEL: workload, ORIGIN_LABEL: "multikueue"},
+    )
+    if service_account is not None:
+        remote["spec"]["template"]["spec"]["serviceAccountName"] = service_account
+    return await api.create_job(remote)
+
+
 async def test_s18_worker_job_uses_prebuilt_workload_runs_on_admission_and_completes(
     worker: FakeCluster,
 ) -> None:
     async with running(worker, "worker"), api_for(worker) as raw:
         api = Api(raw)
-        await api.flavor("h100", {GPU_LABEL: H100, "cloud.example.com/pool": "gpu"})
-        await api.create_workload(prebuilt_workload("job-train-abcde"))
-        remote = job_body(
-            "train",
-            managed_by=None,
-            labels={PREBUILT_WORKLOAD_LABEL: "job-train-abcde", ORIGIN_LABEL: "multikueue"},
-        )
-        job = await api.create_job(remote)
+        job = await multikueue_copy(api, "train", "job-train-abcde")
 
         async def owned() -> Obj | None:
             wl = await api.workload("job-train-abcde")
@@ -509,15 +519,9 @@ async def test_a_worker_job_whose_pods_are_refused_starts_with_no_active_pods(
     Job controller's stand-in starts it with ``active`` 0, as real Kubernetes would."""
     async with running(worker, "worker"), api_for(worker) as raw:
         api = Api(raw)
-        await api.flavor("h100", {GPU_LABEL: H100, "cloud.example.com/pool": "gpu"})
-        await api.create_workload(prebuilt_workload("job-nopods-abcde"))
-        remote = job_body(
-            "nopods",
-            managed_by=None,
-            labels={PREBUILT_WORKLOAD_LABEL: "job-nopods-abcde", ORIGIN_LABEL: "multikueue"},
+        await multikueue_copy(
+            api, "nopods", "job-nopods-abcde", service_account="sandbox-no-such-account"
         )
-        remote["spec"]["template"]["spec"]["serviceAccountName"] = "sandbox-no-such-account"
-        await api.create_job(remote)
         await api.write_workload_status("job-nopods-abcde", admitted_status())
 
         async def started() -> Obj | None:
@@ -599,15 +603,7 @@ async def test_c68_deleting_the_workload_copy_stops_the_worker_job_and_keeps_it(
     deleted it with the copy, and a leftover Job real Kueue keeps (C68) never showed here."""
     async with running(worker, "worker"), api_for(worker) as raw:
         api = Api(raw)
-        await api.flavor("h100", {GPU_LABEL: H100, "cloud.example.com/pool": "gpu"})
-        await api.create_workload(prebuilt_workload("wl-copy"))
-        await api.create_job(
-            job_body(
-                "copy",
-                managed_by=None,
-                labels={PREBUILT_WORKLOAD_LABEL: "wl-copy", ORIGIN_LABEL: "multikueue"},
-            )
-        )
+        await multikueue_copy(api, "copy", "wl-copy")
 
         async def owned() -> bool:
             wl = await api.workload("wl-copy")

@@ -137,14 +137,15 @@ def next_status(
         return None, None
     started = status.get("startTime")
     refused = pods_refused(job)
+    # A Job whose pods are refused runs with none and, like one without a run time, never ends.
+    seconds = None if refused else run_seconds(job, time_scale)
     if not started or (suspended is not None and suspended.get("status") == "True"):
         count = 0 if refused else pod_count(job)
         patch: Obj = {"startTime": _now(), "active": count, "ready": count}
         if suspended is not None:
             patch["conditions"] = _with(status, "Suspended", "False", "JobResumed", "Job resumed")
-        return patch, None if refused else run_seconds(job, time_scale)
-    seconds = run_seconds(job, time_scale)
-    if seconds is None or not released or refused:
+        return patch, seconds
+    if seconds is None or not released:
         return None, None
     left = seconds - (now - _parse(started)).total_seconds()
     if left > 0:

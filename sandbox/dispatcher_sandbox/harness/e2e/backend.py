@@ -700,7 +700,7 @@ class KubeBackend:
         waiting = [
             (cluster, name, str((job.get("metadata") or {}).get("uid", "")))
             for cluster in ("manager", *WORKERS)
-            for name, job in list(self.views[cluster].objects.get("jobs", {}).items())
+            for name, job in self.views[cluster].objects.get("jobs", {}).items()
             if not is_true(self.workload_of_job_on(cluster, name), "QuotaReserved")
         ]
         for cluster, name, _ in waiting:
