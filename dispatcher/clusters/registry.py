@@ -129,8 +129,9 @@ class Worker:
         default_factory=lambda: WorkerState("Connecting", "Connecting", "", 0.0)
     )
     settled: bool = False
-    """The first connection attempt has an outcome (synced, failed, or the kubeconfig is
-    unusable): until then the dispatcher does not know what is on this worker."""
+    """The first connection attempt has an outcome (synced, optional resources included unless
+    the worker refuses them; failed; or the kubeconfig is unusable): until then the dispatcher
+    does not know what is on this worker."""
     stale_since: float | None = None
     """When our synced mirror stopped being connected (the registry's monotonic clock); None
     while it is connected or has never synced."""
@@ -408,8 +409,11 @@ class ClusterRegistry:
         if self._on_change is not None:
             self._on_change(name, "connection", Disconnected("state changed", 0, 0.0))
 
-    def _set_state(self, worker: Worker, phase: str, reason: str, message: str) -> None:
-        settles = not worker.settled and (phase != "Connecting" or bool(message))
+    def _set_state(
+        self, worker: Worker, phase: str, reason: str, message: str, *, complete: bool = True
+    ) -> None:
+        # ``complete`` False: connected, but an optional resource is still being listed.
+        settles = not worker.settled and complete and (phase != "Connecting" or bool(message))
         worker.settled = worker.settled or settles
         if (worker.state.phase, worker.state.reason) != (phase, reason):
             worker.state = WorkerState(phase, reason, message, self._now())
@@ -467,7 +471,11 @@ class ClusterRegistry:
         if mirror is not None:
             self._track_freshness(worker, mirror)
             if mirror.connected:
-                self._set_state(worker, "Connected", "Connected", "")
+                # Settled once the optional resources are listed too, or known to be refused:
+                # the same-name guard reads the worker's Jobs, and a decision taken before their
+                # first list could nominate a worker where a Job of the name is in the way
+                # (real Kueue at 3c4c007: a restarted dispatcher nominated such a worker).
+                self._set_state(worker, "Connected", "Connected", "", complete=mirror.synced)
             elif mirror.synced:
                 self._set_state(worker, "Disconnected", "ClientConnectionFailed", mirror.last_error)
             else:
