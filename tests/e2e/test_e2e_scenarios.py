@@ -18,7 +18,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from kubernetes_asyncio import client
 
 from dispatcher.clusters.slim import ORIGIN_LABEL, PREBUILT_LABEL
 from dispatcher.topology import WorkloadLine, workload_object
@@ -479,26 +478,44 @@ async def test_s16_a_leftover_job_of_ours_for_another_workload_keeps_the_workloa
 ) -> None:
     """C68: worker2, capacity-first's choice for a 4Gi Job, holds a Job ``s16-leftover`` that
     MultiKueue made for a copy that no longer exists (origin label ours, prebuilt-Workload
-    label naming another Workload): what an earlier Job of that name can leave behind (S10's
-    teardown met one at 23d605e). Kueue would sync a new copy's status from that Job and never
+    label naming another Workload). Kueue would sync a new copy's status from that Job and never
     create the copy's own (``SyncJob``), so the dispatcher leaves worker2 out for the manager
-    Job of that name and it goes to worker1."""
+    Job of that name and it goes to worker1.
+
+    The leftover appears once the manager Workload holds quota, as one does when MultiKueue's
+    create of an earlier copy's Job races that copy's removal: a leftover there before then is
+    deleted by Kueue itself, which removes a Job of the Workload's name that this manager owns
+    from every worker while the Workload holds no quota (C24; CI at 3c4c007 lost that race when
+    the leftover was made first). The dispatcher is stopped meanwhile, so that it decides only
+    once its mirror of worker2 holds the leftover (it waits for every worker's first list)."""
     await admit(backend, job("s16-room", memory="4Gi"), "worker2")
-    body = workload_object(job("s16-leftover", memory="4Gi"))
-    del body["spec"]["managedBy"]
-    body["metadata"]["labels"] |= {
-        ORIGIN_LABEL: "multikueue",  # Kueue's default multiKueue.origin (C32)
-        PREBUILT_LABEL: "job-s16-leftover-00000",
-    }
-    await client.BatchV1Api(backend.apis["worker2"]).create_namespaced_job(NAMESPACE, body)  # type: ignore[arg-type]  # kubernetes_asyncio takes a dict body as well
-    await backend.wait_for(
-        lambda: "s16-leftover" in backend.worker_jobs("worker2"),
-        "the leftover Job on worker2",
-        backend.timeouts.short,
-    )
-    await admit(backend, job("s16-leftover", memory="4Gi"), "worker1")
+    await backend.stop_dispatcher()
+    try:
+        await backend.submit(job("s16-leftover", memory="4Gi"))
+        await backend.wait_workload(
+            "s16-leftover", lambda w: is_true(w, "QuotaReserved"), "quota reserved on the manager"
+        )
+        body = workload_object(job("s16-leftover", memory="4Gi"))
+        del body["spec"]["managedBy"]
+        body["metadata"]["labels"] |= {
+            ORIGIN_LABEL: "multikueue",  # Kueue's default multiKueue.origin (C32)
+            PREBUILT_LABEL: "job-s16-leftover-00000",
+        }
+        await backend.create_job_on("worker2", body)
+        await backend.wait_for(
+            lambda: "s16-leftover" in backend.worker_jobs("worker2"),
+            "the leftover Job on worker2",
+            backend.timeouts.short,
+        )
+    finally:
+        await backend.start_dispatcher()
+    await backend.wait_workload("s16-leftover", admitted_on("worker1"), "admitted on worker1")
     assert {n for n in backend.nominations("s16-leftover") if n} == {("worker1",)}
     assert backend.copies_ever("s16-leftover") == {"worker1"}
+    leftover = backend.job_on("worker2", "s16-leftover")
+    assert leftover is not None, "the leftover on worker2 was deleted: the scenario did not hold"
+    labels = leftover["metadata"].get("labels") or {}
+    assert labels.get(PREBUILT_LABEL) == "job-s16-leftover-00000"
 
 
 MIX = [job(f"s10-job-{i}", cpu="2") for i in range(3)]

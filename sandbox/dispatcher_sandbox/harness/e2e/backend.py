@@ -178,6 +178,10 @@ class ApiBackend(Backend, Protocol):
 
     apis: dict[str, client.ApiClient]
 
+    async def create_job_on(self, cluster: str, body: Obj) -> None: ...
+
+    def job_on(self, cluster: str, name: str) -> Obj | None: ...
+
 
 async def listed_events(backend: ApiBackend, workload: str, reason: str) -> list[Obj]:
     """The Events of ``reason`` on the manager Workload ``workload`` now (one list call: Events
