@@ -330,7 +330,10 @@ class Settings(BaseSettings):
         "refusing the write, and the workload is looked at again later. Also how long a "
         "manager Workload may stay evicted while holding its quota, with no copy left on any "
         "worker, before it is reported as a stuck eviction (contract C93: log, "
-        "`EvictionStuck` Event, `multikueue_dispatcher_stuck_evictions_total`).",
+        "`EvictionStuck` Event, `multikueue_dispatcher_stuck_evictions_total`), and how long "
+        "a workload may stay admitted on a worker where a leftover Job of ours holds its Job's "
+        "name before that is reported (contract C68: log, `LeftoverJob` Event, "
+        "`multikueue_dispatcher_leftover_jobs_total`).",
     )
     lost_copy_cooldown_seconds: float = Field(
         default=CONTROLLER_DEFAULTS.lost_copy_cooldown_seconds,

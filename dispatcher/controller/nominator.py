@@ -527,6 +527,7 @@ class Nominator:
         if not verdict.eligible:
             await self.stuck.check_finished_unrecorded(key, workload, record, checks)
             await self.stuck.check_eviction(key, workload, record, self._now())
+            self.stuck.check_leftover_job(key, workload, record, self._now())
             self._not_eligible(key, workload, record)
             await self._outside_dispatch(key, workload, record)
             return "not eligible"

@@ -37,6 +37,9 @@ class Record:
     nominated_at: float | None = None
     nominated: tuple[str, ...] = ()
     stuck_reported: bool = False
+    leftover_job_reported: bool = False
+    """Its admission on a worker where a leftover Job of ours takes its Job's name was reported
+    (C68)."""
     eviction_reported: float | None = None
     """The ``Evicted`` transition (epoch seconds) already reported as a stuck eviction (C93)."""
     eviction_released: float | None = None

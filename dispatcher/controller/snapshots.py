@@ -429,6 +429,12 @@ class WorkerIndex:
         else:
             self._foreign_jobs.add(key)
 
+    def job_runs(self, namespace: str, job: str) -> str | None:
+        """The Workload that our Job ``namespace/job`` on this worker runs (its
+        ``prebuilt-workload-name`` label, ``""`` when it has none), or None when no Job of
+        ours has that name here."""
+        return self._copy_jobs.get((namespace, job))
+
     def name_taken(self, namespace: str, workload: str, job: str | None) -> str:
         """Why a copy of the manager Workload ``namespace/workload`` (owned by the batch Job
         ``job``, if any) can never run on this worker, or ``""``: a Workload or Job of the same
@@ -441,7 +447,7 @@ class WorkerIndex:
             return f"Workload {namespace}/{workload} exists there and is not a copy of ours"
         if job is not None and (namespace, job) in self._foreign_jobs:
             return f"Job {namespace}/{job} exists there and is not a copy of ours"
-        runs = self._copy_jobs.get((namespace, job)) if job is not None else None
+        runs = self.job_runs(namespace, job) if job is not None else None
         if runs and runs != workload:
             # A leftover of an earlier Job of that name: MultiKueue would sync the new copy's
             # status from it instead of creating the copy's own Job (C68).

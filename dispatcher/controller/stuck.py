@@ -7,6 +7,10 @@ manager's check still ``Pending``; and the refusal to sync into a same-named Job
 manager's (C33). Each is reported once per workload: a log line, an ``AdmissionStuck`` Event and
 ``multikueue_dispatcher_stuck_workloads_total``.
 
+A leftover Job in the way (C68): a workload admitted on a worker where a Job of ours for another
+Workload holds its Job's name never runs there. Reported once per workload: a log line, a
+``LeftoverJob`` Event and ``multikueue_dispatcher_leftover_jobs_total``.
+
 The stuck eviction (C93): a manager Workload evicted while its Job showed running pods, whose
 copies are all gone, keeps the manager's quota for good (nothing copies the Job's status any
 more). Reported once per eviction: a log line, an ``EvictionStuck`` Event and
@@ -394,6 +398,58 @@ class StuckDetector:
             self._metrics.stuck_eviction_release(cluster_queue=_cluster_queue(workload))
         self._events.record(workload, "EvictionReleased", message, "Normal")
         return True
+
+    def check_leftover_job(
+        self, key: str, workload: Mapping[str, Any], record: Record, now: float
+    ) -> None:
+        """Report a workload admitted on a worker where a leftover Job of ours holds its Job's
+        name (C68): that Job's ``prebuilt-workload-name`` label names another Workload (an
+        earlier Job of that name), so MultiKueue syncs this workload's status from it and
+        never creates the workload's own Job; the copy keeps its quota there and nothing runs.
+        Deleting that Job lets MultiKueue create the right one (real Kueue v0.19.2: created
+        10 s after the deletion, then ran). Reported once, ``stuck_after_seconds`` after the
+        admission (a moment's overlap of an old Job going and the new one coming is not
+        reported): a log line, a ``LeftoverJob`` Event and
+        ``multikueue_dispatcher_leftover_jobs_total``. The mirror's slim Jobs answer it: no
+        request."""
+        if record.leftover_job_reported or condition_status(workload, "Finished") == "True":
+            return
+        cluster = str((workload.get("status") or {}).get("clusterName") or "")
+        job = owner_job(workload)
+        worker = self._registry.workers.get(cluster) if cluster else None
+        if worker is None or job is None:
+            return
+        threshold = self._config.stuck_after_seconds
+        if not worker.settled:
+            # Just started and that worker's Jobs are not listed yet; nothing else wakes an
+            # admitted workload up. A worker that settled without a list (unreachable, Jobs
+            # refused) is not waited for: this cannot be told there.
+            self._queue.add_after(key, threshold)
+            return
+        index = self._index(cluster)
+        if index is None:
+            return
+        meta = workload.get("metadata") or {}
+        namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+        runs = index.job_runs(namespace, job)
+        if not runs or runs == name:
+            return
+        since = transition_time(workload, "Admitted")
+        if since is not None and now - since < threshold:
+            self._queue.add_after(key, threshold - (now - since))
+            return
+        record.leftover_job_reported = True
+        message = (
+            f"admitted on {cluster}, but the Job {namespace}/{job} there runs another Workload "
+            f"({runs}): a leftover of an earlier Job of that name. MultiKueue copies this "
+            f"workload's status from it and never creates the workload's own Job, so it will "
+            f"not run; delete that Job on {cluster} (kubectl delete job {job} -n {namespace}) "
+            f"and MultiKueue creates the workload's own (contract C68)"
+        )
+        log.error("workload %s: %s", key, message, extra={"workload": key, "cluster": cluster})
+        if self._metrics is not None:
+            self._metrics.leftover_job(cluster_queue=_cluster_queue(workload), cluster=cluster)
+        self._events.record(workload, "LeftoverJob", message, "Warning")
 
     def report(self, key: str, workload: Mapping[str, Any], record: Record, message: str) -> None:
         """Log, count and emit an ``AdmissionStuck`` Event, once per workload."""

@@ -256,6 +256,16 @@ STUCK_EVICTION_RELEASES = Series(
     "status.active and status.ready set to 0, so that Kueue finishes the eviction (contract "
     "C93).",
 )
+LEFTOVER_JOBS = Series(
+    PREFIX + "leftover_jobs",
+    "counter",
+    "1",
+    ("cluster_queue", "cluster"),
+    "Workloads admitted on a worker whose Job of their name is a leftover of ours that runs "
+    "another Workload (its prebuilt-workload-name label): MultiKueue syncs the workload's "
+    "status from that Job and never creates the workload's own, so it never runs until that "
+    "Job is deleted (contract C68). Counted once per workload, after stuck_after_seconds.",
+)
 GPU_TYPE_MISMATCHES = Series(
     PREFIX + "gpu_type_mismatches",
     "counter",
@@ -316,6 +326,7 @@ SERIES: tuple[Series, ...] = (
     STUCK_WORKLOADS,
     STUCK_EVICTIONS,
     STUCK_EVICTION_RELEASES,
+    LEFTOVER_JOBS,
     GPU_TYPE_MISMATCHES,
     EVENT_LOOP_TASKS,
     UNPLACEABLE_QUOTA,
@@ -381,6 +392,7 @@ class Metrics:
         self._stuck = counter(STUCK_WORKLOADS)
         self._stuck_evictions = counter(STUCK_EVICTIONS)
         self._stuck_eviction_releases = counter(STUCK_EVICTION_RELEASES)
+        self._leftover_jobs = counter(LEFTOVER_JOBS)
         self._gpu_mismatches = counter(GPU_TYPE_MISMATCHES)
         self._unplaceable_actions = counter(UNPLACEABLE_ACTIONS)
         self._decision_latency = histogram(DECISION_LATENCY, DECISION_LATENCY_BUCKETS)
@@ -510,6 +522,13 @@ class Metrics:
         """Count one stuck eviction the opt-in policy released (contract C93)."""
         self._stuck_eviction_releases.add(
             1, {"cluster_queue": cluster_queue, "replica_role": self._role}
+        )
+
+    def leftover_job(self, *, cluster_queue: str, cluster: str) -> None:
+        """Count one workload admitted on ``cluster`` where a leftover Job of ours runs in
+        place of its own (contract C68)."""
+        self._leftover_jobs.add(
+            1, {"cluster_queue": cluster_queue, "cluster": cluster, "replica_role": self._role}
         )
 
     def gpu_type_mismatch(self, *, cluster: str, kind: Literal["required", "preferred"]) -> None:

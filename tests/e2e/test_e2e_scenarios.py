@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from kubernetes_asyncio import client
 
 from dispatcher.clusters.slim import ORIGIN_LABEL, PREBUILT_LABEL
 from dispatcher.topology import WorkloadLine, workload_object
@@ -25,6 +26,8 @@ from dispatcher_sandbox.harness.e2e.backend import (
     A100,
     GPU_OF,
     H100,
+    KUEUE_GROUP,
+    KUEUE_VERSION,
     NAMESPACE,
     WORKERS,
     ApiBackend,
@@ -34,6 +37,7 @@ from dispatcher_sandbox.harness.e2e.backend import (
     condition,
     is_false,
     is_true,
+    manager_events,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.crds]
@@ -473,6 +477,19 @@ async def test_s16_a_same_named_job_that_is_not_ours_keeps_the_workload_off_that
     assert backend.copies_ever("s16-taken") == {"worker1"}
 
 
+def leftover_job(line: WorkloadLine) -> dict[str, Any]:
+    """The Job MultiKueue made on a worker for an earlier copy named after ``line``'s Job, that
+    copy gone: our origin label, and a prebuilt-Workload label naming a Workload that is not
+    there (C68)."""
+    body = workload_object(line)
+    del body["spec"]["managedBy"]
+    body["metadata"]["labels"] |= {
+        ORIGIN_LABEL: "multikueue",  # Kueue's default multiKueue.origin (C32)
+        PREBUILT_LABEL: f"job-{line.name}-00000",
+    }
+    return body
+
+
 async def test_s16_a_leftover_job_of_ours_for_another_workload_keeps_the_workload_off_that_worker(
     backend: ApiBackend,
 ) -> None:
@@ -495,13 +512,7 @@ async def test_s16_a_leftover_job_of_ours_for_another_workload_keeps_the_workloa
         await backend.wait_workload(
             "s16-leftover", lambda w: is_true(w, "QuotaReserved"), "quota reserved on the manager"
         )
-        body = workload_object(job("s16-leftover", memory="4Gi"))
-        del body["spec"]["managedBy"]
-        body["metadata"]["labels"] |= {
-            ORIGIN_LABEL: "multikueue",  # Kueue's default multiKueue.origin (C32)
-            PREBUILT_LABEL: "job-s16-leftover-00000",
-        }
-        await backend.create_job_on("worker2", body)
+        await backend.create_job_on("worker2", leftover_job(job("s16-leftover", memory="4Gi")))
         await backend.wait_for(
             lambda: "s16-leftover" in backend.worker_jobs("worker2"),
             "the leftover Job on worker2",
@@ -516,6 +527,65 @@ async def test_s16_a_leftover_job_of_ours_for_another_workload_keeps_the_workloa
     assert leftover is not None, "the leftover on worker2 was deleted: the scenario did not hold"
     labels = leftover["metadata"].get("labels") or {}
     assert labels.get(PREBUILT_LABEL) == "job-s16-leftover-00000"
+
+
+async def test_s16_an_admission_where_a_leftover_job_takes_the_name_is_reported(
+    backend: ApiBackend,
+) -> None:
+    """C68 where the guard could not act: another writer (here the test, by hand, with the
+    dispatcher stopped) nominated worker2 while a leftover Job of ours held the Job's name
+    there. Kueue admits the copy on worker2 and syncs the manager Job from the leftover, which
+    never runs (real Kueue v0.19.2: still suspended 20 s after the admission). The dispatcher
+    reports it with a ``LeftoverJob`` Event; deleting the leftover as the Event advises lets
+    MultiKueue create the workload's own Job, which runs to the end."""
+    line = job("s16-stuck", memory="4Gi", run_seconds=1)
+    await backend.stop_dispatcher()
+    try:
+        await backend.submit(line)
+        reserved = await backend.wait_workload(
+            line.name, lambda w: is_true(w, "QuotaReserved"), "quota reserved on the manager"
+        )
+        name = str(reserved["metadata"]["name"])
+        await backend.create_job_on("worker2", leftover_job(line))
+        await backend.wait_for(
+            lambda: line.name in backend.worker_jobs("worker2"),
+            "the leftover Job on worker2",
+            backend.timeouts.short,
+        )
+        await client.CustomObjectsApi(
+            backend.apis["manager"]
+        ).patch_namespaced_custom_object_status(  # type: ignore[call-arg]  # kubernetes_asyncio takes _content_type
+            KUEUE_GROUP,
+            KUEUE_VERSION,
+            NAMESPACE,
+            "workloads",
+            name,
+            {"status": {"nominatedClusterNames": ["worker2"]}},
+            _content_type="application/merge-patch+json",
+        )
+        await backend.wait_workload(line.name, admitted_on("worker2"), "admitted on worker2")
+    finally:
+        await backend.start_dispatcher()
+    [reported] = await manager_events(backend, name, "LeftoverJob", backend.timeouts.long)
+    assert reported["type"] == "Warning"
+    assert (
+        f"the Job {NAMESPACE}/{line.name} there runs another Workload (job-{line.name}-00000)"
+        in reported["message"]
+    ), reported["message"]
+    leftover = backend.job_on("worker2", line.name)
+    assert leftover is not None
+    await backend.delete_job(line.name, "worker2")
+
+    def its_own_job() -> dict[str, Any] | None:
+        found = backend.job_on("worker2", line.name)
+        if found is None or found["metadata"]["uid"] == leftover["metadata"]["uid"]:
+            return None
+        return found
+
+    await backend.wait_for(its_own_job, "the workload's own Job on worker2", backend.timeouts.long)
+    await backend.wait_workload(
+        line.name, lambda w: is_true(w, "Finished"), "finished", backend.timeouts.long
+    )
 
 
 MIX = [job(f"s10-job-{i}", cpu="2") for i in range(3)]

@@ -37,6 +37,7 @@ def exercise(metrics: Metrics) -> None:
     metrics.stuck_workload(cluster_queue="cq-gpu")
     metrics.stuck_eviction(cluster_queue="cq-gpu")
     metrics.stuck_eviction_release(cluster_queue="cq-gpu")
+    metrics.leftover_job(cluster_queue="cq-gpu", cluster="c")
     metrics.gpu_type_mismatch(cluster="c", kind="preferred")
     metrics.filtered_cluster(plugin="gpu-type", reason=RejectionReason.GPU_TYPE_MISMATCH)
     metrics.no_feasible_cluster(cluster_queue="cq-gpu", algorithm="a+b")

@@ -54,6 +54,7 @@ def test_every_registered_series_is_documented_and_vice_versa() -> None:
         metrics.stuck_workload(cluster_queue="q")
         metrics.stuck_eviction(cluster_queue="q")
         metrics.stuck_eviction_release(cluster_queue="q")
+        metrics.leftover_job(cluster_queue="q", cluster="c")
         metrics.gpu_type_mismatch(cluster="c", kind="required")
         metrics.filtered_cluster(plugin="p", reason=RejectionReason.OTHER)
         metrics.no_feasible_cluster(cluster_queue="q", algorithm="a")
