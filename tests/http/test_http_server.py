@@ -177,6 +177,7 @@ async def test_metrics_scrape_shows_the_documented_series_with_their_types() -> 
         metrics.stuck_workload(cluster_queue="cq-gpu")
         metrics.stuck_eviction(cluster_queue="cq-gpu")
         metrics.stuck_eviction_release(cluster_queue="cq-gpu")
+        metrics.leftover_job(cluster_queue="cq-gpu", cluster="worker-h100")
         metrics.gpu_type_mismatch(cluster="worker-h100", kind="required")
         metrics.filtered_cluster(plugin="gpu-type", reason=RejectionReason.GPU_TYPE_MISMATCH)
         metrics.no_feasible_cluster(cluster_queue="cq-gpu", algorithm="capacity-first")
