@@ -21,7 +21,7 @@ from dispatcher.controller.records import Record, parse_time
 from dispatcher.k8s.patching import MERGE_PATCH
 from dispatcher.k8s.resources import JOBS, WORKLOADS
 from dispatcher.telemetry.metrics import Metrics
-from dispatcher_sandbox.harness.controller import batch_job, workload, world
+from dispatcher_sandbox.harness.controller import batch_job, capture_reports, workload, world
 from dispatcher_sandbox.metrics_text import samples_of
 
 EVICTED_AT = "2026-01-01T00:01:00Z"
@@ -123,14 +123,8 @@ async def test_a_stuck_eviction_is_reported_once_when_no_copy_is_left(
             worker = w.mirrors.workers[case.down]
             await w.workers[case.down].down()
             await w.wait(lambda: not worker.connected)
-        events: list[tuple[str, str, str]] = []
-        monkeypatch.setattr(
-            nominator.events,
-            "record",
-            lambda wl, reason, message, kind: events.append((reason, message, kind)),
-        )
-        requeued: list[float] = []
-        monkeypatch.setattr(nominator.queue, "add_after", lambda key, delay: requeued.append(delay))
+        reports = capture_reports(nominator, monkeypatch.setattr)
+        events, requeued = reports.events, reports.requeued
         record = Record(eviction_reported=parse_time(case.reported_before))
         if case.copy_lost_on is not None:
             record.copies_lost[case.copy_lost_on] = 0.0
@@ -219,14 +213,8 @@ async def test_the_opt_in_release_sets_the_manager_jobs_active_pods_to_zero(
                 body={"status": {"active": active}},
                 content_type=MERGE_PATCH,
             )
-        events: list[tuple[str, str]] = []
-        monkeypatch.setattr(
-            nominator.events,
-            "record",
-            lambda wl, reason, message, kind: events.append((reason, kind)),
-        )
-        requeued: list[float] = []
-        monkeypatch.setattr(nominator.queue, "add_after", lambda key, delay: requeued.append(delay))
+        reports = capture_reports(nominator, monkeypatch.setattr)
+        requeued = reports.requeued
         evicted = parse_time(EVICTED_AT)
         assert evicted is not None
         record = Record(eviction_reported=evicted if case.reported_before else None)
@@ -234,16 +222,20 @@ async def test_the_opt_in_release_sets_the_manager_jobs_active_pods_to_zero(
         await nominator.stuck.check_eviction(KEY, _manager_workload(*STUCK), record, evicted + 20)
 
         stuck = [] if case.reported_before else [("EvictionStuck", "Warning")]
+
+        def events() -> list[tuple[str, str]]:
+            return [(reason, kind) for reason, _, kind in reports.events]
+
         if case.manager_job:
             job = await w.api.get(JOBS, "train", "default")
             status = job.get("status") or {}
             after = (status.get("active"), status.get("ready"))
             assert after == ((0, 0) if case.released else (1, 1)), status
         if case.released and case.manager_job:
-            assert events == [*stuck, ("EvictionReleased", "Normal")]
+            assert events() == [*stuck, ("EvictionReleased", "Normal")]
             assert _counted(prometheus, STUCK_EVICTION_RELEASES) == 1.0
         else:
-            assert events == stuck
+            assert events() == stuck
             assert _counted(prometheus, STUCK_EVICTION_RELEASES) == 0.0
         assert record.eviction_released == (evicted if case.released else None)
         assert requeued == ([] if case.released else [THRESHOLD])

@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from dispatcher.controller.records import Record, parse_time
 from dispatcher.k8s.resources import JOBS
 from dispatcher.telemetry.metrics import Metrics
-from dispatcher_sandbox.harness.controller import batch_job, workload, world
+from dispatcher_sandbox.harness.controller import batch_job, capture_reports, workload, world
 from dispatcher_sandbox.metrics_text import samples_of
 
 ADMITTED_AT = "2026-01-01T00:01:00Z"
@@ -112,14 +112,7 @@ async def test_an_admission_where_a_leftover_job_takes_the_name_is_reported_once
                 return bool(index.name_taken("default", NAME, "train"))
 
             await w.wait(indexed)
-        events: list[tuple[str, str, str]] = []
-        monkeypatch.setattr(
-            nominator.events,
-            "record",
-            lambda wl, reason, message, kind: events.append((reason, message, kind)),
-        )
-        requeued: list[float] = []
-        monkeypatch.setattr(nominator.queue, "add_after", lambda key, delay: requeued.append(delay))
+        reports = capture_reports(nominator, monkeypatch.setattr)
         if case.unsettled:
             monkeypatch.setattr(w.mirrors.workers["w1"], "settled", False)
         record = Record(leftover_job_reported=case.reported_before)
@@ -131,7 +124,7 @@ async def test_an_admission_where_a_leftover_job_takes_the_name_is_reported_once
         nominator.stuck.check_leftover_job(KEY, wl, record, admitted + case.seconds_after)
 
         if case.reported:
-            [(reason, message, kind)] = events
+            [(reason, message, kind)] = reports.events
             assert (reason, kind) == ("LeftoverJob", "Warning")
             assert message.startswith(
                 "admitted on w1, but the Job default/train there runs another Workload "
@@ -141,10 +134,12 @@ async def test_an_admission_where_a_leftover_job_takes_the_name_is_reported_once
             assert "contract C68" in message, message
             assert record.leftover_job_reported
         else:
-            assert events == []
+            assert reports.events == []
             assert record.leftover_job_reported == case.reported_before
         assert _counted(prometheus) == (1.0 if case.reported else 0.0)
-        assert requeued == ([case.requeued_after] if case.requeued_after is not None else [])
+        assert reports.requeued == (
+            [case.requeued_after] if case.requeued_after is not None else []
+        )
 
 
 def _counted(prometheus: CollectorRegistry) -> float:

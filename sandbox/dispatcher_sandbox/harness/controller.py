@@ -106,6 +106,29 @@ def batch_job(
     }
 
 
+@dataclass
+class Reports:
+    """What a nominator reported and re-queued for later, captured instead of done."""
+
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+    """(reason, message, type) of each Event."""
+    requeued: list[float] = field(default_factory=list)
+    """The delay of each ``add_after``."""
+
+
+def capture_reports(nominator: Nominator, setattr_: Callable[[Any, str, Any], None]) -> Reports:
+    """Capture ``nominator``'s Events and delayed re-queues (``setattr_``: pytest's
+    ``monkeypatch.setattr``, which undoes it after the test)."""
+    reports = Reports()
+    setattr_(
+        nominator.events,
+        "record",
+        lambda wl, reason, message, kind: reports.events.append((reason, message, kind)),
+    )
+    setattr_(nominator.queue, "add_after", lambda key, delay: reports.requeued.append(delay))
+    return reports
+
+
 ELIGIBLE_STATUS = {
     "conditions": [
         {
