@@ -490,43 +490,64 @@ def leftover_job(line: WorkloadLine) -> dict[str, Any]:
     return body
 
 
-async def test_s16_a_leftover_job_of_ours_for_another_workload_keeps_the_workload_off_that_worker(
-    backend: ApiBackend,
-) -> None:
-    """C68: worker2, capacity-first's choice for a 4Gi Job, holds a Job ``s16-leftover`` that
-    MultiKueue made for a copy that no longer exists (origin label ours, prebuilt-Workload
-    label naming another Workload). Kueue would sync a new copy's status from that Job and never
-    create the copy's own (``SyncJob``), so the dispatcher leaves worker2 out for the manager
-    Job of that name and it goes to worker1.
+async def leftover_in_the_way(backend: ApiBackend, line: WorkloadLine) -> str:
+    """With the dispatcher stopped: submit ``line``'s Job while worker2 is out of the
+    MultiKueueConfig, make the leftover on worker2 once the Workload holds quota, and put
+    worker2 back; returns the Workload's name.
 
-    The leftover appears once the manager Workload holds quota, as one does when MultiKueue's
-    create of an earlier copy's Job races that copy's removal: a leftover there before then is
-    deleted by Kueue itself, which removes a Job of the Workload's name that this manager owns
-    from every worker while the Workload holds no quota (C24; CI at 3c4c007 lost that race when
-    the leftover was made first). The dispatcher is stopped meanwhile, so that it decides only
-    once its mirror of worker2 holds the leftover (it waits for every worker's first list)."""
-    await admit(backend, job("s16-room", memory="4Gi"), "worker2")
-    await backend.stop_dispatcher()
+    As an earlier Job's leftover would be: made before the reservation it would not last, since
+    Kueue deletes a Job of ours named after the manager Job on every worker of the config while
+    the Workload holds no quota (C24). Nor made right after the reservation seen here: a
+    MultiKueue reconcile that began before it may reach worker2 seconds later, behind its
+    worker clients' rate limit (CI at 8ebb3c5: deleted so, and worker2 nominated). Out of the
+    config, worker2 is not among the workers such a reconcile visits."""
+    clusters = await backend.config_clusters()
+    await backend.set_config_clusters([c for c in clusters if c != "worker2"])
     try:
-        await backend.submit(job("s16-leftover", memory="4Gi"))
-        await backend.wait_workload(
-            "s16-leftover", lambda w: is_true(w, "QuotaReserved"), "quota reserved on the manager"
+        await backend.submit(line)
+        reserved = await backend.wait_workload(
+            line.name, lambda w: is_true(w, "QuotaReserved"), "quota reserved on the manager"
         )
-        await backend.create_job_on("worker2", leftover_job(job("s16-leftover", memory="4Gi")))
+        await backend.create_job_on("worker2", leftover_job(line))
         await backend.wait_for(
-            lambda: "s16-leftover" in backend.worker_jobs("worker2"),
+            lambda: line.name in backend.worker_jobs("worker2"),
             "the leftover Job on worker2",
             backend.timeouts.short,
         )
     finally:
-        await backend.start_dispatcher()
-    await backend.wait_workload("s16-leftover", admitted_on("worker1"), "admitted on worker1")
-    assert {n for n in backend.nominations("s16-leftover") if n} == {("worker1",)}
-    assert backend.copies_ever("s16-leftover") == {"worker1"}
-    leftover = backend.job_on("worker2", "s16-leftover")
+        await backend.set_config_clusters(clusters)
+    return str(reserved["metadata"]["name"])
+
+
+def assert_leftover_kept(backend: ApiBackend, line: WorkloadLine) -> None:
+    """The leftover is still on worker2: the scenario held."""
+    leftover = backend.job_on("worker2", line.name)
     assert leftover is not None, "the leftover on worker2 was deleted: the scenario did not hold"
     labels = leftover["metadata"].get("labels") or {}
-    assert labels.get(PREBUILT_LABEL) == "job-s16-leftover-00000"
+    assert labels.get(PREBUILT_LABEL) == f"job-{line.name}-00000"
+
+
+async def test_s16_a_leftover_job_of_ours_for_another_workload_keeps_the_workload_off_that_worker(
+    backend: ApiBackend,
+) -> None:
+    """C68: worker2, capacity-first's choice for a 4Gi Job in an empty world (``s16-free``
+    above), holds a Job ``s16-leftover`` that MultiKueue made for a copy that no longer exists
+    (origin label ours, prebuilt-Workload label naming another Workload). Kueue would sync a
+    new copy's status from that Job and never create the copy's own (``SyncJob``), so the
+    dispatcher leaves worker2 out for the manager Job of that name and it goes to worker1. The
+    dispatcher starts once the leftover is there (:func:`leftover_in_the_way`), so that it
+    decides once its mirror of worker2 holds it (a start waits for every worker's first list of
+    its Jobs)."""
+    line = job("s16-leftover", memory="4Gi")
+    await backend.stop_dispatcher()
+    try:
+        await leftover_in_the_way(backend, line)
+    finally:
+        await backend.start_dispatcher()
+    await backend.wait_workload(line.name, admitted_on("worker1"), "admitted on worker1")
+    assert {n for n in backend.nominations(line.name) if n} == {("worker1",)}
+    assert backend.copies_ever(line.name) == {"worker1"}
+    assert_leftover_kept(backend, line)
 
 
 async def test_s16_an_admission_where_a_leftover_job_takes_the_name_is_reported(
@@ -541,17 +562,7 @@ async def test_s16_an_admission_where_a_leftover_job_takes_the_name_is_reported(
     line = job("s16-stuck", memory="4Gi", run_seconds=1)
     await backend.stop_dispatcher()
     try:
-        await backend.submit(line)
-        reserved = await backend.wait_workload(
-            line.name, lambda w: is_true(w, "QuotaReserved"), "quota reserved on the manager"
-        )
-        name = str(reserved["metadata"]["name"])
-        await backend.create_job_on("worker2", leftover_job(line))
-        await backend.wait_for(
-            lambda: line.name in backend.worker_jobs("worker2"),
-            "the leftover Job on worker2",
-            backend.timeouts.short,
-        )
+        name = await leftover_in_the_way(backend, line)
         await client.CustomObjectsApi(
             backend.apis["manager"]
         ).patch_namespaced_custom_object_status(  # type: ignore[call-arg]  # kubernetes_asyncio takes _content_type
@@ -572,6 +583,7 @@ async def test_s16_an_admission_where_a_leftover_job_takes_the_name_is_reported(
         f"the Job {NAMESPACE}/{line.name} there runs another Workload (job-{line.name}-00000)"
         in reported["message"]
     ), reported["message"]
+    assert_leftover_kept(backend, line)
     leftover = backend.job_on("worker2", line.name)
     assert leftover is not None
     await backend.delete_job(line.name, "worker2")

@@ -180,6 +180,10 @@ class ApiBackend(Backend, Protocol):
 
     async def create_job_on(self, cluster: str, body: Obj) -> None: ...
 
+    async def config_clusters(self) -> list[str]: ...
+
+    async def set_config_clusters(self, clusters: list[str]) -> None: ...
+
     def job_on(self, cluster: str, name: str) -> Obj | None: ...
 
 
@@ -634,7 +638,12 @@ class KubeBackend:
         [config] = listed["items"]
         return config["metadata"]["name"], list(config["spec"]["clusters"])
 
-    async def _set_config_clusters(self, clusters: list[str]) -> None:
+    async def config_clusters(self) -> list[str]:
+        """The clusters of the manager's MultiKueueConfig."""
+        return (await self._multikueue_config())[1]
+
+    async def set_config_clusters(self, clusters: list[str]) -> None:
+        """Set the clusters of the manager's MultiKueueConfig."""
         name, _ = await self._multikueue_config()
         await self._custom().patch_cluster_custom_object(  # type: ignore[call-arg]  # kubernetes_asyncio takes a dict body as well
             KUEUE_GROUP,
@@ -670,11 +679,11 @@ class KubeBackend:
             },
         )
         _, clusters = await self._multikueue_config()
-        await self._set_config_clusters([*clusters, name])
+        await self.set_config_clusters([*clusters, name])
 
     async def remove_worker_cluster(self, name: str) -> None:
         _, clusters = await self._multikueue_config()
-        await self._set_config_clusters([c for c in clusters if c != name])
+        await self.set_config_clusters([c for c in clusters if c != name])
         with contextlib.suppress(ApiException):
             await self._custom().delete_cluster_custom_object(
                 KUEUE_GROUP, KUEUE_VERSION, "multikueueclusters", name
