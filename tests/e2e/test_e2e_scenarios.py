@@ -497,10 +497,11 @@ async def leftover_in_the_way(backend: ApiBackend, line: WorkloadLine) -> str:
 
     As an earlier Job's leftover would be: made before the reservation it would not last, since
     Kueue deletes a Job of ours named after the manager Job on every worker of the config while
-    the Workload holds no quota (C24). Nor made right after the reservation seen here: a
-    MultiKueue reconcile that began before it may reach worker2 seconds later, behind its
-    worker clients' rate limit (CI at 8ebb3c5: deleted so, and worker2 nominated). Out of the
-    config, worker2 is not among the workers such a reconcile visits."""
+    the Workload holds no quota (C24). Nor made right after the reservation seen here (CI at
+    8ebb3c5: deleted all the same, and worker2 nominated), most likely by a MultiKueue
+    reconcile that had read the Workload before its reservation and reached worker2 later,
+    behind its worker clients' rate limit. Out of the config, worker2 is not among the workers
+    such a reconcile visits."""
     clusters = await backend.config_clusters()
     await backend.set_config_clusters([c for c in clusters if c != "worker2"])
     try:
