@@ -435,6 +435,14 @@ class WorkerIndex:
         ours has that name here."""
         return self._copy_jobs.get((namespace, job))
 
+    def leftover(self, namespace: str, workload: str, job: str) -> str:
+        """The other Workload that our Job ``namespace/job`` here runs, when it is a leftover
+        in the way of ``workload``'s copy (its ``prebuilt-workload-name`` label names another
+        Workload: MultiKueue would sync the copy's status from it and never create the copy's
+        own Job, C68), else ``""``."""
+        runs = self.job_runs(namespace, job)
+        return runs if runs and runs != workload else ""
+
     def name_taken(self, namespace: str, workload: str, job: str | None) -> str:
         """Why a copy of the manager Workload ``namespace/workload`` (owned by the batch Job
         ``job``, if any) can never run on this worker, or ``""``: a Workload or Job of the same
@@ -447,10 +455,8 @@ class WorkerIndex:
             return f"Workload {namespace}/{workload} exists there and is not a copy of ours"
         if job is not None and (namespace, job) in self._foreign_jobs:
             return f"Job {namespace}/{job} exists there and is not a copy of ours"
-        runs = self.job_runs(namespace, job) if job is not None else None
-        if runs and runs != workload:
-            # A leftover of an earlier Job of that name: MultiKueue would sync the new copy's
-            # status from it instead of creating the copy's own Job (C68).
+        runs = self.leftover(namespace, workload, job) if job is not None else ""
+        if runs:
             return (
                 f"Job {namespace}/{job} exists there for another Workload ({runs}), a leftover "
                 "of an earlier Job of that name"

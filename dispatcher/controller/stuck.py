@@ -431,8 +431,8 @@ class StuckDetector:
             return
         meta = workload.get("metadata") or {}
         namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
-        runs = index.job_runs(namespace, job)
-        if not runs or runs == name:
+        runs = index.leftover(namespace, name, job)
+        if not runs:
             return
         since = transition_time(workload, "Admitted")
         if since is not None and now - since < threshold:

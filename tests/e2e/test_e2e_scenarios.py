@@ -520,12 +520,13 @@ async def leftover_in_the_way(backend: ApiBackend, line: WorkloadLine) -> str:
     return str(reserved["metadata"]["name"])
 
 
-def assert_leftover_kept(backend: ApiBackend, line: WorkloadLine) -> None:
-    """The leftover is still on worker2: the scenario held."""
+def assert_leftover_kept(backend: ApiBackend, line: WorkloadLine) -> dict[str, Any]:
+    """The leftover is still on worker2 (the scenario held); returns it."""
     leftover = backend.job_on("worker2", line.name)
     assert leftover is not None, "the leftover on worker2 was deleted: the scenario did not hold"
     labels = leftover["metadata"].get("labels") or {}
     assert labels.get(PREBUILT_LABEL) == f"job-{line.name}-00000"
+    return leftover
 
 
 async def test_s16_a_leftover_job_of_ours_for_another_workload_keeps_the_workload_off_that_worker(
@@ -584,9 +585,7 @@ async def test_s16_an_admission_where_a_leftover_job_takes_the_name_is_reported(
         f"the Job {NAMESPACE}/{line.name} there runs another Workload (job-{line.name}-00000)"
         in reported["message"]
     ), reported["message"]
-    assert_leftover_kept(backend, line)
-    leftover = backend.job_on("worker2", line.name)
-    assert leftover is not None
+    leftover = assert_leftover_kept(backend, line)
     await backend.delete_job(line.name, "worker2")
 
     def its_own_job() -> dict[str, Any] | None:

@@ -678,11 +678,11 @@ class KubeBackend:
                 },
             },
         )
-        _, clusters = await self._multikueue_config()
+        clusters = await self.config_clusters()
         await self.set_config_clusters([*clusters, name])
 
     async def remove_worker_cluster(self, name: str) -> None:
-        _, clusters = await self._multikueue_config()
+        clusters = await self.config_clusters()
         await self.set_config_clusters([c for c in clusters if c != name])
         with contextlib.suppress(ApiException):
             await self._custom().delete_cluster_custom_object(
