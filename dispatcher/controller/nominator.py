@@ -87,6 +87,7 @@ from dispatcher.k8s.watching import ObjectEvent, WatchItem, key_text
 from dispatcher.kueue.admission import admission_usage, format_resource_quantity
 from dispatcher.kueue.eligibility import (
     ADMITTING_REMOTE_GONE,
+    copy_evicted_on,
     copy_lost_on,
     eligibility,
     multikueue_check_state,
@@ -107,6 +108,19 @@ Decide = Callable[[DispatchRequest, Sequence[ClusterSnapshot]], Decision]
 HOLDER_ALGORITHM = "copy-holds-quota"
 EVENT_FLUSH_SECONDS = 1.0
 """How long a stopping loop still sends queued Events (part of the shutdown budget)."""
+
+
+def _holds(copy: Mapping[str, Any]) -> bool:
+    """Whether a worker's copy holds quota there as the holder rule reads it: ``Admitted`` or
+    ``QuotaReserved`` True, and not ``Evicted``."""
+    if condition_status(copy, "Evicted") == "True":
+        return False
+    return "True" in (condition_status(copy, "Admitted"), condition_status(copy, "QuotaReserved"))
+
+
+def _created(obj: Mapping[str, Any]) -> str:
+    """``metadata.creationTimestamp`` of ``obj`` as text ("" when it has none)."""
+    return str((obj.get("metadata") or {}).get("creationTimestamp") or "")
 
 
 class WriteFailed(ApiError):
@@ -294,6 +308,7 @@ class Nominator:
             and item.type != "DELETED"
         ):
             self._note_copy_lost(item.object)
+            self._note_copy_evicted(item.object)
         if resource == "connection" and cluster not in self.registry.workers:
             self._forget_worker(cluster)
 
@@ -324,6 +339,44 @@ class Nominator:
             lost,
             cooldown,
             extra={"workload": key, "cluster": lost},
+        )
+
+    def _note_copy_evicted(self, workload: Mapping[str, Any]) -> None:
+        """Remember the worker that evicted ``workload``'s admitted copy by Kueue's word (the
+        ``Retry`` of C26, "Workload evicted on worker cluster") while this dispatcher's mirror
+        of that worker still shows the copy holding quota and not ``Evicted``.
+
+        Kueue reads the worker through its own clients and resets the Workload, and the manager
+        may reserve quota again, before the worker's update reaches a mirror that lags behind
+        (a busy event loop). The holder rule would then take the old copy for one that holds
+        quota and write its worker back, keeping the copy that the worker re-queued (C92,
+        :meth:`_holding_copy`). The copy is known by its ``creationTimestamp``: a later copy
+        on the worker is a new one."""
+        evicted = copy_evicted_on(workload, self.registry.multikueue_checks())
+        if evicted is None:
+            return
+        worker = self.registry.workers.get(evicted)
+        if worker is None or worker.mirror is None:
+            return
+        meta = workload.get("metadata") or {}
+        copy = worker.mirror.cache("workloads").get(
+            str(meta.get("name", "")), str(meta.get("namespace", ""))
+        )
+        if copy is None or not is_copy(copy, self.config.origin) or not _holds(copy):
+            return  # the mirror shows it released or gone already
+        created = _created(copy)
+        key = key_text(workload)
+        record = self.records.setdefault(key, Record())
+        if record.copies_evicted.get(evicted) == created:
+            return  # the same eviction, seen again in a later event
+        record.copies_evicted[evicted] = created
+        log.info(
+            "workload %s: Kueue reports its copy on %s evicted (C26) before this dispatcher's "
+            "mirror of %s shows it; that copy holds nothing until the mirror catches up",
+            key,
+            evicted,
+            evicted,
+            extra={"workload": key, "cluster": evicted},
         )
 
     def _copies_lost(self, record: Record, now: float) -> tuple[dict[str, str], float | None]:
@@ -557,7 +610,7 @@ class Nominator:
                 # Written by us before a restart: its admission still counts (time to admission).
                 record.first_nominated_at = record.nominated_at
         await self.stuck.check_admitted(key, workload, record, current, now)
-        holder = self._holding_copy(candidates, namespace, name)
+        holder = self._holding_copy(candidates, namespace, name, record)
         if holder is not None:
             record.leftover_since = None
             await self._placed(key, workload, record, Placement((holder,), nominated=current))
@@ -665,7 +718,7 @@ class Nominator:
         )
 
     def _holding_copy(
-        self, candidates: Sequence[Candidate], namespace: str, name: str
+        self, candidates: Sequence[Candidate], namespace: str, name: str, record: Record
     ) -> str | None:
         """The connected candidate whose copy of this Workload already holds quota there, if
         any: Admitted first, then QuotaReserved, earliest first, then config order.
@@ -681,10 +734,15 @@ class Nominator:
         have reset the Workload and reserved it again (C26, C38). Putting that worker back then
         would keep the old copy, to be admitted there again behind the manager's back; it is a
         leftover instead (:meth:`_leftover`; seen on real Kueue v0.19.2 in the seeded mix, C92).
+        So is a copy Kueue reported evicted before this dispatcher's mirror shows it
+        (:meth:`_note_copy_evicted`; a nomination written back that way failed CI at 154127d).
         """
+        self._forget_evicted_copies(record, namespace, name)
         best: tuple[int, float, int, str] | None = None
         for candidate, copy in self._copies(candidates, namespace, name):
-            if condition_status(copy, "Evicted") == "True":
+            if condition_status(copy, "Evicted") == "True" or candidate.name in (
+                record.copies_evicted
+            ):
                 continue
             for rank, kind in enumerate(("Admitted", "QuotaReserved")):
                 if condition_status(copy, kind) == "True":
@@ -693,6 +751,18 @@ class Nominator:
                     best = entry if best is None or entry < best else best
                     break
         return best[3] if best is not None else None
+
+    def _forget_evicted_copies(self, record: Record, namespace: str, name: str) -> None:
+        """Drop the evicted copies (:meth:`_note_copy_evicted`) the mirror of their worker now
+        shows released, gone or replaced by a later copy, and those of removed workers."""
+        for cluster, created in list(record.copies_evicted.items()):
+            worker = self.registry.workers.get(cluster)
+            if worker is None or worker.mirror is None:
+                del record.copies_evicted[cluster]
+                continue
+            copy = worker.mirror.cache("workloads").get(name, namespace)
+            if copy is None or not _holds(copy) or _created(copy) != created:
+                del record.copies_evicted[cluster]
 
     def _leftover(self, candidates: Sequence[Candidate], namespace: str, name: str) -> list[str]:
         """The connected candidates that still hold a copy of this Workload (C32).

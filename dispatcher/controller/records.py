@@ -59,6 +59,11 @@ class Record:
     """Workers where its admitted copy vanished (Kueue: "Admitting remote no longer exists"),
     with when the dispatcher saw it (epoch seconds): left out of its decisions for
     ``lost_copy_cooldown_seconds`` (contract C91)."""
+    copies_evicted: dict[str, str] = field(default_factory=dict)
+    """Workers that evicted its admitted copy by Kueue's word (the ``Retry`` of C26) while the
+    dispatcher's mirror still showed that copy holding quota, with the copy's
+    ``creationTimestamp``: until the mirror shows it released or gone, it holds nothing for the
+    holder rule (``Nominator._holding_copy``)."""
     placement: Placement | None = None
     """The last placement of a quota-holding workload (None when it holds none)."""
     outage_message: str = ""

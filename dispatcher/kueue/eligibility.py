@@ -15,8 +15,10 @@ from typing import Any
 __all__ = [
     "ADMITTING_REMOTE_GONE",
     "COMPONENT_INDEX_ANNOTATION",
+    "EVICTED_ON_WORKER",
     "MULTIKUEUE_CONTROLLER",
     "Eligibility",
+    "copy_evicted_on",
     "copy_lost_on",
     "eligibility",
     "is_follower_component",
@@ -65,11 +67,17 @@ worker is reachable and the admitted copy is gone from it (C29; Kueue appends th
 ``, Previously: "Ready"``)."""
 
 
-def copy_lost_on(workload: Mapping[str, Any], multikueue_checks: Collection[str]) -> str | None:
-    """The worker whose admitted copy of this Workload vanished, while Kueue says so: its
-    MultiKueue check is ``Retry`` with a message that starts with :data:`ADMITTING_REMOTE_GONE`
-    and ``status.clusterName`` still names the worker (the eviction that follows empties it,
-    C37). None otherwise."""
+EVICTED_ON_WORKER = "Workload evicted on worker cluster"
+"""How the message of the ``Retry`` Kueue sets on the MultiKueue check starts when the admitting
+worker evicted the copy (C26; Kueue goes on with the worker's name and "resetting for
+re-admission")."""
+
+
+def _retry_on(
+    workload: Mapping[str, Any], multikueue_checks: Collection[str], message: str
+) -> str | None:
+    """The worker ``status.clusterName`` names while the MultiKueue check is ``Retry`` with a
+    message that starts with ``message``; None otherwise."""
     status = workload.get("status") or {}
     cluster = status.get("clusterName")
     if not isinstance(cluster, str) or not cluster:
@@ -78,11 +86,27 @@ def copy_lost_on(workload: Mapping[str, Any], multikueue_checks: Collection[str]
         if (
             isinstance(entry, Mapping)
             and entry.get("state") == "Retry"
-            and str(entry.get("message", "")).startswith(ADMITTING_REMOTE_GONE)
+            and str(entry.get("message", "")).startswith(message)
             and entry.get("name") in multikueue_checks
         ):
             return cluster
     return None
+
+
+def copy_lost_on(workload: Mapping[str, Any], multikueue_checks: Collection[str]) -> str | None:
+    """The worker whose admitted copy of this Workload vanished, while Kueue says so: its
+    MultiKueue check is ``Retry`` with a message that starts with :data:`ADMITTING_REMOTE_GONE`
+    and ``status.clusterName`` still names the worker (the eviction that follows empties it,
+    C37). None otherwise."""
+    return _retry_on(workload, multikueue_checks, ADMITTING_REMOTE_GONE)
+
+
+def copy_evicted_on(workload: Mapping[str, Any], multikueue_checks: Collection[str]) -> str | None:
+    """The worker that evicted the admitted copy of this Workload, while Kueue says so: its
+    MultiKueue check is ``Retry`` with a message that starts with :data:`EVICTED_ON_WORKER`
+    and ``status.clusterName`` still names the worker (C26; the manager's eviction that follows
+    empties it). None otherwise."""
+    return _retry_on(workload, multikueue_checks, EVICTED_ON_WORKER)
 
 
 def is_follower_component(workload: Mapping[str, Any]) -> bool:

@@ -160,3 +160,99 @@ async def test_copy_being_evicted_holds_nothing_and_is_waited_for_as_a_leftover(
             await w1.request("DELETE", WORKLOADS.path("default", "job"))
         await env.wait(lambda: env.nominated("job") == ("w1",))
         assert env.nominations() == {("w1", "first-active"): 1.0}
+
+
+def check_state(state: str, message: str) -> dict[str, str]:
+    """The manager Workload's MultiKueue admission check in ``state``."""
+    return {
+        "name": "multikueue",
+        "state": state,
+        "message": message,
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+    }
+
+
+EVICTED_ON_W1 = 'Workload evicted on worker cluster: "w1", resetting for re-admission.'
+REMOTE_LOST = 'Admitting remote lost, Previously: "Ready"'
+
+
+@pytest.mark.parametrize(
+    ("retry", "renominated"),
+    [
+        pytest.param(EVICTED_ON_W1, (), id="c26-evicted-on-worker-before-the-mirror-shows-it"),
+        pytest.param(REMOTE_LOST, ("w1",), id="c29-remote-lost-copy-still-holds"),
+    ],
+)
+async def test_a_copy_kueue_reported_evicted_holds_nothing_while_the_mirror_lags(
+    retry: str, renominated: tuple[str, ...]
+) -> None:
+    """C26, C92: Kueue reads the worker through its own clients. It can report the admitted
+    copy evicted there (check ``Retry``, "Workload evicted on worker cluster") and reset the
+    Workload before this dispatcher's mirror shows the copy ``Evicted``: the mirror still shows
+    it admitted. That copy is the leftover of the closed attempt, not a holder: no nomination is
+    written back to its worker (CI at 154127d, real Kueue: the write-back kept the old copy),
+    the loop waits for its removal, and nominates once it is gone. Another ``Retry`` (the worker
+    lost, C29) says nothing of the copy: one the mirror shows admitted still holds quota there
+    and gets its worker back (C28)."""
+    async with schema_less_dispatcher(first_active, workers=("w1", "w2")) as env:
+        await env.add_workload(workload("job", [pod_set({"cpu": "1"})]))
+        await env.wait(lambda: env.nominated("job") == ("w1",))
+        async with await KubeApi.from_kubeconfig(env.workers["w1"].kubeconfig, name="w1") as w1:
+            await w1.create(WORKLOADS, kueue_copy("job"), "default")
+            await w1.request(
+                "PATCH",
+                WORKLOADS.path("default", "job") + "/status",
+                body={
+                    "status": {"conditions": [condition("QuotaReserved"), condition("Admitted")]}
+                },
+                content_type=MERGE,
+            )
+            mirror = env.registry.workers["w1"].mirror
+            assert mirror is not None
+            await env.wait(lambda: mirror.cache("workloads").get("job", "default") is not None)
+
+            async def manager_status(body: dict[str, object]) -> None:
+                await env.api.request(
+                    "PATCH",
+                    WORKLOADS.path("default", "job") + "/status",
+                    body={"status": body},
+                    content_type=MERGE,
+                )
+
+            ready = check_state("Ready", 'The workload was admitted on "w1"')
+            await manager_status(
+                {"clusterName": "w1", "nominatedClusterNames": None, "admissionChecks": [ready]}
+            )
+            await manager_status({"admissionChecks": [check_state("Retry", retry)]})
+
+            def retry_handled() -> bool:
+                cached = env.registry.manager.cache("workloads").get("job", "default") or {}
+                return bool(cached["status"]["admissionChecks"][0]["state"] == "Retry")
+
+            await env.wait(retry_handled)
+            record = env.nominator.records["default/job"]
+            assert ("w1" in record.copies_evicted) is (renominated == ())
+            reset = check_state("Pending", "Reset to Pending after eviction. Previously: Retry")
+            await manager_status({"clusterName": None, "admissionChecks": [reset]})
+            if renominated:
+                await env.wait(lambda: env.nominated("job") == renominated)
+                assert env.nominations() == {
+                    ("w1", "first-active"): 1.0,
+                    ("w1", "copy-holds-quota"): 1.0,
+                }
+                return
+            await env.wait(lambda: any(r == "WaitingForCopyRemoval" for r, _ in env.recorded))
+            assert env.nominated("job") == ()
+            # The worker's update arrives: the copy is Evicted, the note is dropped.
+            await w1.request(
+                "PATCH",
+                WORKLOADS.path("default", "job") + "/status",
+                body={"status": {"conditions": [condition("Evicted")]}},
+                content_type=MERGE,
+            )
+            await env.wait(lambda: "w1" not in record.copies_evicted)
+            assert env.nominated("job") == ()
+            await w1.request("DELETE", WORKLOADS.path("default", "job"))
+        await env.wait(lambda: env.nominated("job") == ("w1",))
+        assert env.nominations() == {("w1", "first-active"): 2.0}
+        assert not [m for r, m in env.recorded if "its copy already holds quota" in m]
