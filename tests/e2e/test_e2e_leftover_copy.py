@@ -25,11 +25,12 @@ from dispatcher.topology import WorkloadLine
 from dispatcher_sandbox.harness.e2e.backend import (
     H100,
     NAMESPACE,
-    Backend,
+    ApiBackend,
     cluster_of,
     condition,
     is_false,
     is_true,
+    listed_events,
 )
 from dispatcher_sandbox.harness.e2e.trace import recorder_of
 
@@ -53,7 +54,7 @@ def gpu_job(name: str, priority: str, run_seconds: float | None) -> WorkloadLine
     return WorkloadLine.model_validate(data)
 
 
-async def test_a_copy_preempted_on_its_worker_is_replaced_not_reused(backend: Backend) -> None:
+async def test_a_copy_preempted_on_its_worker_is_replaced_not_reused(backend: ApiBackend) -> None:
     await backend.reset()
     recorder = recorder_of(backend)
     since = recorder.mark()
@@ -94,7 +95,14 @@ async def test_a_copy_preempted_on_its_worker_is_replaced_not_reused(backend: Ba
     nominated_at, gone = await backend.wait_for(
         renominated, f"{LOW} reset (C26) and nominated again", long
     )
-    assert gone, f"{LOW} nominated again at {nominated_at} s while its old copy is on worker2"
+    if not gone:  # say which rule wrote it (the dispatcher's Events give its reason)
+        low = backend.workload(LOW) or {}
+        name = str((low.get("metadata") or {}).get("name", ""))
+        said = [e["message"] for e in await listed_events(backend, name, "Nominated")]
+        pytest.fail(
+            f"{LOW} nominated again at {nominated_at} s while its old copy is on worker2; "
+            f"the dispatcher's Nominated Events: {said}"
+        )
     assert gone[0] < nominated_at, (gone, nominated_at)
 
     # HIGH goes once the fresh copy waits on worker2 behind it (QuotaReserved=False, Pending:
