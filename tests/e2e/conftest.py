@@ -15,13 +15,14 @@ repository), for the differential comparison of the sandbox and real runs
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import json
 import os
 import subprocess
 import time
-from collections.abc import AsyncIterator, Generator
+from collections.abc import AsyncIterator, Callable, Generator
 from pathlib import Path
 from typing import Any
 
@@ -90,35 +91,93 @@ def kueue_version(config: pytest.Config) -> str:
     return str(chosen)
 
 
+class Installations:
+    """The e2e installation the session's modules share: a real control plane takes ~14 s to
+    start, and the ten modules of ``make e2e-real`` each started one (2 min 20 s of the CI's
+    longest lane). Each scenario starts with ``reset`` and puts back what it changed (a
+    dispatcher setting, a worker taken out of the config, Kueue's dispatcher) in a ``finally``,
+    as it did within a module. After a failed test a module gets a new installation, so that a
+    failure cannot leave the next module a broken one. A module marked ``own_installation``
+    starts on a new one and leaves it to no other: the seeded mix's teardown leaves MultiKueue's
+    worker clients a backlog of deletions behind their rate limit (C10) that delayed the next
+    module's first copy by 4 s on real Kueue and not on the sandbox (a timing difference the
+    differential reports)."""
+
+    def __init__(self) -> None:
+        self.current: Any = None
+        self._stack: contextlib.AsyncExitStack | None = None
+        self._failed_at = 0
+        self._own = False
+
+    async def get(
+        self,
+        session: pytest.Session,
+        start: Callable[[], contextlib.AbstractAsyncContextManager[Any]],
+        *,
+        own: bool = False,
+    ) -> Any:
+        """The shared installation, started with ``start`` if there is none, a test failed
+        since it was started, it was a module's own, or this module needs its ``own``."""
+        if self.current is not None and (own or self._own or session.testsfailed > self._failed_at):
+            await self.close()
+        if self.current is None:
+            stack = contextlib.AsyncExitStack()
+            self.current = await stack.enter_async_context(start())
+            self._stack = stack
+            self._failed_at = session.testsfailed
+        self._own = own
+        return self.current
+
+    async def close(self) -> None:
+        stack, self._stack, self.current = self._stack, None, None
+        if stack is not None:
+            await stack.aclose()
+
+
+@pytest.fixture(scope="session")
+async def installations() -> AsyncIterator[Installations]:
+    """The session's shared installation (see :class:`Installations`), stopped at its end."""
+    shared = Installations()
+    try:
+        yield shared
+    finally:
+        await shared.close()
+
+
 @pytest.fixture(scope="module")
 async def backend(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> AsyncIterator[Any]:
-    """One installation per module, shared by its scenarios (each starts with ``reset``)."""
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    installations: Installations,
+) -> Any:
+    """The installation of the module's scenarios (each starts with ``reset``): the session's
+    shared one (:class:`Installations`)."""
     name = backend_name(request.config)
+    own = request.node.get_closest_marker("own_installation") is not None
     if name == "kind":
         from dispatcher_sandbox.harness.e2e.kind_backend import KindBackend, unavailable_reason
 
         reason = unavailable_reason()
         if reason is not None:
             pytest.skip(f"kind backend: {reason}")
-        async with KindBackend() as kind:
-            yield kind
-        return
+        return await installations.get(request.session, KindBackend, own=own)
     if name == "real":
         from dispatcher_sandbox.harness.e2e.real_backend import RealBackend
         from dispatcher_sandbox.harness.scenario import require_real_backend
 
         require_real_backend()
-        async with RealBackend(tmp_path_factory.mktemp("e2e-real")) as real:
-            yield real
-        return
+        return await installations.get(
+            request.session, lambda: RealBackend(tmp_path_factory.mktemp("e2e-real")), own=own
+        )
     from dispatcher_sandbox.harness.e2e.sandbox_backend import SandboxBackend
 
     crds: Path = request.getfixturevalue("crds_dir")
     version = kueue_version(request.config)
-    async with SandboxBackend(tmp_path_factory.mktemp("e2e"), crds, version) as sandbox:
-        yield sandbox
+    return await installations.get(
+        request.session,
+        lambda: SandboxBackend(tmp_path_factory.mktemp("e2e"), crds, version),
+        own=own,
+    )
 
 
 # --- the differential trace (issue 14) --------------------------------------------------------

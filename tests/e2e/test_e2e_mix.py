@@ -60,7 +60,7 @@ from dispatcher_sandbox.harness.e2e.backend import (
 )
 from dispatcher_sandbox.harness.e2e.trace import recorder_of
 
-pytestmark = [pytest.mark.slow, pytest.mark.crds]
+pytestmark = [pytest.mark.slow, pytest.mark.crds, pytest.mark.own_installation]
 
 SEED = 20260514
 BORROWING_CPU = "10"  # more than a worker's nominal 8 cpu, within the 12 it may borrow up to

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
+from dispatcher.app.settings import ENV_PREFIX
 from dispatcher.clusters.slim import ORIGIN_LABEL, PREBUILT_LABEL
 from dispatcher.topology import WorkloadLine, workload_object
 from dispatcher_sandbox.harness.e2e.backend import (
@@ -578,8 +579,12 @@ async def test_s16_an_admission_where_a_leftover_job_takes_the_name_is_reported(
         )
         await backend.wait_workload(line.name, admitted_on("worker2"), "admitted on worker2")
     finally:
-        await backend.start_dispatcher()
-    [reported] = await manager_events(backend, name, "LeftoverJob", backend.timeouts.long)
+        # Started with a 3 s threshold instead of the default 15 s: the same report, sooner.
+        await backend.set_dispatcher_env({f"{ENV_PREFIX}STUCK_AFTER_SECONDS": "3"})
+    try:
+        [reported] = await manager_events(backend, name, "LeftoverJob", backend.timeouts.long)
+    finally:
+        await backend.set_dispatcher_env({})
     assert reported["type"] == "Warning"
     assert (
         f"the Job {NAMESPACE}/{line.name} there runs another Workload (job-{line.name}-00000)"
