@@ -18,11 +18,10 @@ from typing import Any
 import pytest
 
 from dispatcher.algorithms.stages import Pipeline
-from dispatcher.k8s.resources import WORKLOADS
 from dispatcher.kueue.eligibility import ADMITTING_REMOTE_GONE
 from dispatcher_sandbox.harness.badinput import (
-    MERGE,
     SchemaLess,
+    multikueue_check,
     pod_set,
     schema_less_dispatcher,
     workload,
@@ -32,46 +31,30 @@ KEY = "default/job"
 PLAIN = Pipeline("plain")
 
 
-def check(state: str, message: str) -> dict[str, str]:
-    """The workload's MultiKueue admission check in ``state``."""
-    return {
-        "name": "multikueue",
-        "state": state,
-        "message": message,
-        "lastTransitionTime": "2026-01-01T00:00:00Z",
-    }
-
-
 ADMITTED_ON_W1 = {
     "clusterName": "w1",
     "nominatedClusterNames": None,
-    "admissionChecks": [check("Ready", 'The workload was admitted on "w1"')],
+    "admissionChecks": [multikueue_check("Ready", 'The workload was admitted on "w1"')],
 }
-COPY_GONE = {"admissionChecks": [check("Retry", f'{ADMITTING_REMOTE_GONE}, Previously: "Ready"')]}
+COPY_GONE = {
+    "admissionChecks": [multikueue_check("Retry", f'{ADMITTING_REMOTE_GONE}, Previously: "Ready"')]
+}
 RESET = {
     "clusterName": None,
-    "admissionChecks": [check("Pending", "Reset to Pending after eviction. Previously: Retry")],
+    "admissionChecks": [
+        multikueue_check("Pending", "Reset to Pending after eviction. Previously: Retry")
+    ],
 }
-
-
-async def status(env: SchemaLess, body: dict[str, Any]) -> None:
-    """Write the manager Workload's status as Kueue would (a merge patch)."""
-    await env.api.request(
-        "PATCH",
-        WORKLOADS.path("default", "job") + "/status",
-        body={"status": body},
-        content_type=MERGE,
-    )
 
 
 async def lose_the_copy_on_w1(env: SchemaLess) -> None:
     """Nominated [w1] and admitted there; then Kueue reports the copy gone and resets it."""
     await env.add_workload(workload("job", [pod_set({"cpu": "1"})]))
     await env.wait(lambda: env.nominated("job") == ("w1",))
-    await status(env, ADMITTED_ON_W1)
-    await status(env, COPY_GONE)
+    await env.workload_status("job", ADMITTED_ON_W1)
+    await env.workload_status("job", COPY_GONE)
     await env.wait(lambda: "w1" in env.nominator.records[KEY].copies_lost)
-    await status(env, RESET)
+    await env.workload_status("job", RESET)
 
 
 async def test_the_worker_that_lost_the_copy_is_left_out_and_named() -> None:
@@ -115,7 +98,11 @@ async def test_the_only_worker_comes_back_once_the_cooldown_is_over() -> None:
     [
         pytest.param(COPY_GONE, True, id="retry-copy-gone"),
         pytest.param(
-            {"admissionChecks": [check("Retry", 'Admitting remote lost, Previously: "Ready"')]},
+            {
+                "admissionChecks": [
+                    multikueue_check("Retry", 'Admitting remote lost, Previously: "Ready"')
+                ]
+            },
             False,
             id="retry-worker-lost",
         ),
@@ -135,8 +122,8 @@ async def test_only_kueues_copy_gone_retry_counts_as_a_loss(
     async with schema_less_dispatcher(PLAIN.decide, workers=("w1", "w2")) as env:
         await env.add_workload(workload("job", [pod_set({"cpu": "1"})]))
         await env.wait(lambda: env.nominated("job") == ("w1",))
-        await status(env, ADMITTED_ON_W1)
-        await status(env, change)
+        await env.workload_status("job", ADMITTED_ON_W1)
+        await env.workload_status("job", change)
 
         def written() -> bool:
             cached = env.registry.manager.cache("workloads").get("job", "default") or {}

@@ -12,6 +12,7 @@ fault test of issue 8 (a livelock); these tests pin the rule without timing.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
@@ -21,6 +22,7 @@ from dispatcher.k8s.resources import WORKLOADS
 from dispatcher_sandbox.harness.badinput import (
     MERGE,
     first_active,
+    multikueue_check,
     pod_set,
     schema_less_dispatcher,
     set_active,
@@ -46,13 +48,27 @@ def condition(kind: str) -> dict[str, str]:
 ORIGIN_LABEL = "kueue.x-k8s.io/multikueue-origin"
 
 
-def kueue_copy(name: str, origin: str | None = "multikueue") -> dict[str, object]:
+def kueue_copy(name: str, origin: str | None = "multikueue") -> dict[str, Any]:
     """A worker Workload as Kueue's copy of the manager Workload ``name`` (origin label, C32),
     or, with ``origin=None``, a same-named Workload that is not a copy."""
     body = workload(name, [pod_set({"cpu": "1"})])
     if origin is not None:
         body["metadata"]["labels"] = {ORIGIN_LABEL: origin}
     return body
+
+
+async def put_copy(
+    worker: KubeApi, conditions: Sequence[str], origin: str | None = "multikueue"
+) -> None:
+    """Create the copy of ``job`` on ``worker`` (see :func:`kueue_copy`) and write its status
+    with ``conditions`` True, as that worker's Kueue would."""
+    await worker.create(WORKLOADS, kueue_copy("job", origin), "default")
+    await worker.request(
+        "PATCH",
+        WORKLOADS.path("default", "job") + "/status",
+        body={"status": {"conditions": [condition(kind) for kind in conditions]}},
+        content_type=MERGE,
+    )
 
 
 @pytest.mark.parametrize("held", ["Admitted", "QuotaReserved"])
@@ -64,13 +80,7 @@ async def test_copy_holding_quota_gets_the_nomination_back(held: str) -> None:
         await env.add_workload(workload("job", [pod_set({"cpu": "1"})]))
         await env.wait(lambda: env.nominated("job") == ("w2",))
         async with await KubeApi.from_kubeconfig(env.workers["w1"].kubeconfig, name="w1") as w1:
-            await w1.create(WORKLOADS, kueue_copy("job"), "default")
-            await w1.request(
-                "PATCH",
-                WORKLOADS.path("default", "job") + "/status",
-                body={"status": {"conditions": [condition(held)]}},
-                content_type=MERGE,
-            )
+            await put_copy(w1, [held])
         await env.wait(lambda: env.nominated("job") == ("w1",))
         settled = env.reconciles["default/job"] + 3
         await env.wait(lambda: env.reconciles["default/job"] >= settled)
@@ -112,13 +122,7 @@ async def test_same_named_workload_without_our_origin_is_not_a_copy(origin: str 
         await env.add_workload(workload("job", [pod_set({"cpu": "1"})]))
         await env.wait(lambda: env.nominated("job") == ("w2",))
         async with await KubeApi.from_kubeconfig(env.workers["w1"].kubeconfig, name="w1") as w1:
-            await w1.create(WORKLOADS, kueue_copy("job", origin), "default")
-            await w1.request(
-                "PATCH",
-                WORKLOADS.path("default", "job") + "/status",
-                body={"status": {"conditions": [condition("Admitted")]}},
-                content_type=MERGE,
-            )
+            await put_copy(w1, ["Admitted"], origin)
         index_seen = env.reconciles["default/job"] + 3
         await env.wait(lambda: env.reconciles["default/job"] >= index_seen)
         assert env.nominated("job") == ("w2",)
@@ -134,21 +138,7 @@ async def test_copy_being_evicted_holds_nothing_and_is_waited_for_as_a_leftover(
     removal (C32); once Kueue removed it, the decision nominates as usual."""
     async with schema_less_dispatcher(first_active, workers=("w1", "w2")) as env:
         async with await KubeApi.from_kubeconfig(env.workers["w1"].kubeconfig, name="w1") as w1:
-            await w1.create(WORKLOADS, kueue_copy("job"), "default")
-            await w1.request(
-                "PATCH",
-                WORKLOADS.path("default", "job") + "/status",
-                body={
-                    "status": {
-                        "conditions": [
-                            condition("QuotaReserved"),
-                            condition("Admitted"),
-                            condition("Evicted"),
-                        ]
-                    }
-                },
-                content_type=MERGE,
-            )
+            await put_copy(w1, ["QuotaReserved", "Admitted", "Evicted"])
             mirror = env.registry.workers["w1"].mirror
             assert mirror is not None
             await env.wait(lambda: mirror.cache("workloads").get("job", "default") is not None)
@@ -160,16 +150,6 @@ async def test_copy_being_evicted_holds_nothing_and_is_waited_for_as_a_leftover(
             await w1.request("DELETE", WORKLOADS.path("default", "job"))
         await env.wait(lambda: env.nominated("job") == ("w1",))
         assert env.nominations() == {("w1", "first-active"): 1.0}
-
-
-def check_state(state: str, message: str) -> dict[str, str]:
-    """The manager Workload's MultiKueue admission check in ``state``."""
-    return {
-        "name": "multikueue",
-        "state": state,
-        "message": message,
-        "lastTransitionTime": "2026-01-01T00:00:00Z",
-    }
 
 
 EVICTED_ON_W1 = 'Workload evicted on worker cluster: "w1", resetting for re-admission.'
@@ -198,32 +178,19 @@ async def test_a_copy_kueue_reported_evicted_holds_nothing_while_the_mirror_lags
         await env.add_workload(workload("job", [pod_set({"cpu": "1"})]))
         await env.wait(lambda: env.nominated("job") == ("w1",))
         async with await KubeApi.from_kubeconfig(env.workers["w1"].kubeconfig, name="w1") as w1:
-            await w1.create(WORKLOADS, kueue_copy("job"), "default")
-            await w1.request(
-                "PATCH",
-                WORKLOADS.path("default", "job") + "/status",
-                body={
-                    "status": {"conditions": [condition("QuotaReserved"), condition("Admitted")]}
-                },
-                content_type=MERGE,
-            )
+            await put_copy(w1, ["QuotaReserved", "Admitted"])
             mirror = env.registry.workers["w1"].mirror
             assert mirror is not None
             await env.wait(lambda: mirror.cache("workloads").get("job", "default") is not None)
 
-            async def manager_status(body: dict[str, object]) -> None:
-                await env.api.request(
-                    "PATCH",
-                    WORKLOADS.path("default", "job") + "/status",
-                    body={"status": body},
-                    content_type=MERGE,
-                )
-
-            ready = check_state("Ready", 'The workload was admitted on "w1"')
-            await manager_status(
-                {"clusterName": "w1", "nominatedClusterNames": None, "admissionChecks": [ready]}
+            ready = multikueue_check("Ready", 'The workload was admitted on "w1"')
+            await env.workload_status(
+                "job",
+                {"clusterName": "w1", "nominatedClusterNames": None, "admissionChecks": [ready]},
             )
-            await manager_status({"admissionChecks": [check_state("Retry", retry)]})
+            await env.workload_status(
+                "job", {"admissionChecks": [multikueue_check("Retry", retry)]}
+            )
 
             def retry_handled() -> bool:
                 cached = env.registry.manager.cache("workloads").get("job", "default") or {}
@@ -232,8 +199,10 @@ async def test_a_copy_kueue_reported_evicted_holds_nothing_while_the_mirror_lags
             await env.wait(retry_handled)
             record = env.nominator.records["default/job"]
             assert ("w1" in record.copies_evicted) is (renominated == ())
-            reset = check_state("Pending", "Reset to Pending after eviction. Previously: Retry")
-            await manager_status({"clusterName": None, "admissionChecks": [reset]})
+            reset = multikueue_check(
+                "Pending", "Reset to Pending after eviction. Previously: Retry"
+            )
+            await env.workload_status("job", {"clusterName": None, "admissionChecks": [reset]})
             if renominated:
                 await env.wait(lambda: env.nominated("job") == renominated)
                 assert env.nominations() == {

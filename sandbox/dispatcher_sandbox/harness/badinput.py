@@ -72,6 +72,16 @@ def workload(name: str, pod_sets: Sequence[Obj], namespace: str = "default") -> 
     }
 
 
+def multikueue_check(state: str, message: str, name: str = "multikueue") -> Obj:
+    """A manager Workload's MultiKueue admission check entry in ``state``."""
+    return {
+        "name": name,
+        "state": state,
+        "message": message,
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+    }
+
+
 def multikueue_config(name: str, clusters: Sequence[str]) -> Obj:
     return {
         "apiVersion": KUEUE,
@@ -277,6 +287,17 @@ class SchemaLess:
             "PATCH",
             WORKLOADS.path(meta["namespace"], meta["name"]) + "/status",
             body={"status": QUOTA_RESERVED_PENDING},
+            content_type=MERGE,
+        )
+
+    async def workload_status(
+        self, name: str, status: Mapping[str, Any], namespace: str = "default"
+    ) -> None:
+        """Merge-patch the manager Workload's status, as Kueue writes it."""
+        await self.api.request(
+            "PATCH",
+            WORKLOADS.path(namespace, name) + "/status",
+            body={"status": dict(status)},
             content_type=MERGE,
         )
 
