@@ -6,7 +6,12 @@ from typing import Any
 
 import pytest
 
-from dispatcher.kueue.eligibility import eligibility, is_follower_component
+from dispatcher.kueue.eligibility import (
+    copy_evicted_on,
+    copy_lost_on,
+    eligibility,
+    is_follower_component,
+)
 
 MK = "multikueue"
 
@@ -115,3 +120,38 @@ def test_check_name_is_reported() -> None:
 
 def test_follower_detection_needs_the_index_annotation() -> None:
     assert not is_follower_component(workload())
+
+
+def retried(message: str, *, cluster_name: str | None = "w1", check: str = MK) -> dict[str, Any]:
+    """A manager Workload whose check ``check`` is ``Retry`` with ``message``."""
+    wl = workload(checks={check: "Retry"}, cluster_name=cluster_name)
+    wl["status"]["admissionChecks"][0]["message"] = message
+    return wl
+
+
+EVICTED = (
+    'Workload evicted on worker cluster: "w1", resetting for re-admission. Previously: "Ready"'
+)
+GONE = 'Admitting remote no longer exists, Previously: "Ready"'
+
+
+@pytest.mark.parametrize(
+    ("wl", "lost", "evicted"),
+    [
+        pytest.param(retried(EVICTED), None, "w1", id="c26-evicted-on-worker"),
+        pytest.param(retried(GONE), "w1", None, id="c29-copy-gone"),
+        pytest.param(
+            retried('Admitting remote lost, Previously: "Ready"'), None, None, id="c29-lost"
+        ),
+        pytest.param(retried(EVICTED, cluster_name=None), None, None, id="no-cluster-name"),
+        pytest.param(retried(EVICTED, check="other"), None, None, id="not-a-multikueue-check"),
+        pytest.param(workload(checks={MK: "Ready"}, cluster_name="w1"), None, None, id="ready"),
+    ],
+)
+def test_which_worker_a_retry_names(
+    wl: dict[str, Any], lost: str | None, evicted: str | None
+) -> None:
+    """C26, C29: the worker a ``Retry`` of the MultiKueue check names, by its message's start,
+    while ``clusterName`` still names it: the copy gone there, or evicted there."""
+    assert copy_lost_on(wl, {MK}) == lost
+    assert copy_evicted_on(wl, {MK}) == evicted
