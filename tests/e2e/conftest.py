@@ -15,20 +15,20 @@ repository), for the differential comparison of the sandbox and real runs
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import functools
 import json
 import os
 import subprocess
 import time
-from collections.abc import AsyncIterator, Callable, Generator
+from collections.abc import AsyncIterator, Generator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
+from dispatcher_sandbox.harness.e2e.installations import Installations
 from dispatcher_sandbox.harness.e2e.trace import (
     SETTLE_MAX,
     TRACE_FORMAT,
@@ -91,49 +91,6 @@ def kueue_version(config: pytest.Config) -> str:
     return str(chosen)
 
 
-class Installations:
-    """The e2e installation the session's modules share: a real control plane takes ~14 s to
-    start, and the ten modules of ``make e2e-real`` each started one (2 min 20 s of the CI's
-    longest lane). Each scenario starts with ``reset`` and puts back what it changed (a
-    dispatcher setting, a worker taken out of the config, Kueue's dispatcher) in a ``finally``,
-    as it did within a module. After a failed test a module gets a new installation, so that a
-    failure cannot leave the next module a broken one. A module marked ``own_installation``
-    starts on a new one and leaves it to no other: the seeded mix's teardown leaves MultiKueue's
-    worker clients a backlog of deletions behind their rate limit (C10) that delayed the next
-    module's first copy by 4 s on real Kueue and not on the sandbox (a timing difference the
-    differential reports)."""
-
-    def __init__(self) -> None:
-        self.current: Any = None
-        self._stack: contextlib.AsyncExitStack | None = None
-        self._failed_at = 0
-        self._own = False
-
-    async def get(
-        self,
-        session: pytest.Session,
-        start: Callable[[], contextlib.AbstractAsyncContextManager[Any]],
-        *,
-        own: bool = False,
-    ) -> Any:
-        """The shared installation, started with ``start`` if there is none, a test failed
-        since it was started, it was a module's own, or this module needs its ``own``."""
-        if self.current is not None and (own or self._own or session.testsfailed > self._failed_at):
-            await self.close()
-        if self.current is None:
-            stack = contextlib.AsyncExitStack()
-            self.current = await stack.enter_async_context(start())
-            self._stack = stack
-            self._failed_at = session.testsfailed
-        self._own = own
-        return self.current
-
-    async def close(self) -> None:
-        stack, self._stack, self.current = self._stack, None, None
-        if stack is not None:
-            await stack.aclose()
-
-
 @pytest.fixture(scope="session")
 async def installations() -> AsyncIterator[Installations]:
     """The session's shared installation (see :class:`Installations`), stopped at its end."""
@@ -160,21 +117,23 @@ async def backend(
         reason = unavailable_reason()
         if reason is not None:
             pytest.skip(f"kind backend: {reason}")
-        return await installations.get(request.session, KindBackend, own=own)
+        return await installations.get(request.session.testsfailed, KindBackend, own=own)
     if name == "real":
         from dispatcher_sandbox.harness.e2e.real_backend import RealBackend
         from dispatcher_sandbox.harness.scenario import require_real_backend
 
         require_real_backend()
         return await installations.get(
-            request.session, lambda: RealBackend(tmp_path_factory.mktemp("e2e-real")), own=own
+            request.session.testsfailed,
+            lambda: RealBackend(tmp_path_factory.mktemp("e2e-real")),
+            own=own,
         )
     from dispatcher_sandbox.harness.e2e.sandbox_backend import SandboxBackend
 
     crds: Path = request.getfixturevalue("crds_dir")
     version = kueue_version(request.config)
     return await installations.get(
-        request.session,
+        request.session.testsfailed,
         lambda: SandboxBackend(tmp_path_factory.mktemp("e2e"), crds, version),
         own=own,
     )
