@@ -341,6 +341,14 @@ class Nominator:
             extra={"workload": key, "cluster": lost},
         )
 
+    def _mirrored_copy(self, cluster: str, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """The Workload ``namespace/name`` as this dispatcher's mirror of worker ``cluster``
+        shows it (None: no such worker or mirror, or not there)."""
+        worker = self.registry.workers.get(cluster) if cluster else None
+        if worker is None or worker.mirror is None:
+            return None
+        return worker.mirror.cache("workloads").get(name, namespace)
+
     def _note_copy_evicted(self, workload: Mapping[str, Any]) -> None:
         """Remember the worker that evicted ``workload``'s admitted copy by Kueue's word (the
         ``Retry`` of C26, "Workload evicted on worker cluster") while this dispatcher's mirror
@@ -355,12 +363,9 @@ class Nominator:
         evicted = copy_evicted_on(workload, self.registry.multikueue_checks())
         if evicted is None:
             return
-        worker = self.registry.workers.get(evicted)
-        if worker is None or worker.mirror is None:
-            return
         meta = workload.get("metadata") or {}
-        copy = worker.mirror.cache("workloads").get(
-            str(meta.get("name", "")), str(meta.get("namespace", ""))
+        copy = self._mirrored_copy(
+            evicted, str(meta.get("namespace", "")), str(meta.get("name", ""))
         )
         if copy is None or not is_copy(copy, self.config.origin) or not _holds(copy):
             return  # the mirror shows it released or gone already
@@ -756,11 +761,7 @@ class Nominator:
         """Drop the evicted copies (:meth:`_note_copy_evicted`) the mirror of their worker now
         shows released, gone or replaced by a later copy, and those of removed workers."""
         for cluster, created in list(record.copies_evicted.items()):
-            worker = self.registry.workers.get(cluster)
-            if worker is None or worker.mirror is None:
-                del record.copies_evicted[cluster]
-                continue
-            copy = worker.mirror.cache("workloads").get(name, namespace)
+            copy = self._mirrored_copy(cluster, namespace, name)
             if copy is None or not _holds(copy) or _created(copy) != created:
                 del record.copies_evicted[cluster]
 
@@ -1162,7 +1163,7 @@ class Nominator:
             admission_usage(admission),
             placement.waiting_for,
             since,
-            str((workload.get("metadata") or {}).get("creationTimestamp") or ""),
+            _created(workload),
         )
 
     async def _placement_now(
@@ -1623,12 +1624,9 @@ class Nominator:
         """The cluster an admitted workload runs on and its copy's ``status.admission`` there,
         from our mirror of that worker (None: not admitted, or not in the mirror yet)."""
         cluster = str((workload.get("status") or {}).get("clusterName") or "")
-        worker = self.registry.workers.get(cluster) if cluster else None
-        if worker is None or worker.mirror is None:
-            return None
         meta = workload.get("metadata") or {}
-        copy = worker.mirror.cache("workloads").get(
-            str(meta.get("name", "")), str(meta.get("namespace", ""))
+        copy = self._mirrored_copy(
+            cluster, str(meta.get("namespace", "")), str(meta.get("name", ""))
         )
         admission = ((copy or {}).get("status") or {}).get("admission")
         return (cluster, admission) if admission else None
