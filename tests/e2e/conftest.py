@@ -15,13 +15,14 @@ repository), for the differential comparison of the sandbox and real runs
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import json
 import os
 import subprocess
 import time
-from collections.abc import AsyncIterator, Generator
+from collections.abc import AsyncIterator, Callable, Generator
 from pathlib import Path
 from typing import Any
 
@@ -110,33 +111,29 @@ async def backend(
     """The installation of the module's scenarios (each starts with ``reset``): the session's
     shared one (:class:`Installations`)."""
     name = backend_name(request.config)
-    own = request.node.get_closest_marker("own_installation") is not None
+    # Called only when a new installation is started (its folder made then).
+    start: Callable[[], contextlib.AbstractAsyncContextManager[Any]]
     if name == "kind":
         from dispatcher_sandbox.harness.e2e.kind_backend import KindBackend, unavailable_reason
 
         reason = unavailable_reason()
         if reason is not None:
             pytest.skip(f"kind backend: {reason}")
-        return await installations.get(request.session.testsfailed, KindBackend, own=own)
-    if name == "real":
+        start = KindBackend
+    elif name == "real":
         from dispatcher_sandbox.harness.e2e.real_backend import RealBackend
         from dispatcher_sandbox.harness.scenario import require_real_backend
 
         require_real_backend()
-        return await installations.get(
-            request.session.testsfailed,
-            lambda: RealBackend(tmp_path_factory.mktemp("e2e-real")),
-            own=own,
-        )
-    from dispatcher_sandbox.harness.e2e.sandbox_backend import SandboxBackend
+        start = lambda: RealBackend(tmp_path_factory.mktemp("e2e-real"))  # noqa: E731
+    else:
+        from dispatcher_sandbox.harness.e2e.sandbox_backend import SandboxBackend
 
-    crds: Path = request.getfixturevalue("crds_dir")
-    version = kueue_version(request.config)
-    return await installations.get(
-        request.session.testsfailed,
-        lambda: SandboxBackend(tmp_path_factory.mktemp("e2e"), crds, version),
-        own=own,
-    )
+        crds: Path = request.getfixturevalue("crds_dir")
+        version = kueue_version(request.config)
+        start = lambda: SandboxBackend(tmp_path_factory.mktemp("e2e"), crds, version)  # noqa: E731
+    own = request.node.get_closest_marker("own_installation") is not None
+    return await installations.get(request.session.testsfailed, start, own=own)
 
 
 # --- the differential trace (issue 14) --------------------------------------------------------
